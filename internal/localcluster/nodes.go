@@ -1,0 +1,136 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// nodeAnnotation selects which kwok process manages a node: each node has
+// its own value, so stopping one kwok stops exactly one node's heartbeat.
+const nodeAnnotation = "kwok.x-k8s.io/node"
+
+// kwokStages are kwok's own Stage documents (shipped in its module, copied
+// next to the binary by hack/build-cluster.sh): node initialise, heartbeat
+// with a lease, and the pod lifecycle. kwok's "node-not-ready" chaos stage
+// is deliberately absent: new pods still go Ready under it, which is not
+// what a dead node does.
+var kwokStages = []string{
+	"node/fast/node-initialize.yaml",
+	"node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+	"pod/fast/pod-ready.yaml",
+	"pod/fast/pod-complete.yaml",
+	"pod/fast/pod-delete.yaml",
+}
+
+func (c *Cluster) createNode(ctx context.Context, name string) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{nodeAnnotation: name, "node.alpha.kubernetes.io/ttl": "0"},
+			Labels: map[string]string{
+				"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
+			},
+		},
+	}
+	_, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	return nil
+}
+
+func (c *Cluster) nodeIndex(name string) (int, error) {
+	for i, n := range c.NodeNames {
+		if n == name {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("no node %q in this cluster (nodes: %v)", name, c.NodeNames)
+}
+
+func (c *Cluster) startKwok(name string, i int) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--manage-nodes-with-annotation-selector=" + nodeAnnotation + "=" + name,
+		fmt.Sprintf("--node-lease-duration-seconds=%d", NodeLeaseSeconds),
+		// Pod and node addresses are only data in the API: nothing listens
+		// on them and no traffic is sent there.
+		fmt.Sprintf("--cidr=10.244.%d.0/24", i+1),
+		fmt.Sprintf("--node-ip=10.245.0.%d", i+1),
+		"--server-address=" + addr(port),
+	}
+	for _, s := range kwokStages {
+		args = append(args, "-c", filepath.Join(c.BinDir, "stage", s))
+	}
+	return c.run("kwok-"+name, "kwok", args...)
+}
+
+// NodeDown makes a node NotReady the way a real one goes: the kwok process
+// that heartbeats it is stopped, and the node-lifecycle controller marks it
+// Unknown after the grace period. It waits for that (up to ~60 s) so the
+// caller observes a NotReady node.
+func (c *Cluster) NodeDown(ctx context.Context, name string) error {
+	if _, err := c.nodeIndex(name); err != nil {
+		return err
+	}
+	if p := c.Procs["kwok-"+name]; p != nil {
+		if err := p.stop(5 * time.Second); err != nil {
+			return err
+		}
+		delete(c.Procs, "kwok-"+name)
+	}
+	if err := c.save(); err != nil {
+		return err
+	}
+	return c.WaitNodeReady(ctx, name, false)
+}
+
+// NodeUp restarts the node's kwok process and waits until it is Ready.
+func (c *Cluster) NodeUp(ctx context.Context, name string) error {
+	i, err := c.nodeIndex(name)
+	if err != nil {
+		return err
+	}
+	if !c.Procs["kwok-"+name].alive() {
+		if err := c.startKwok(name, i); err != nil {
+			return err
+		}
+	}
+	return c.WaitNodeReady(ctx, name, true)
+}
+
+// WaitNodeReady waits until the node's Ready condition is True (ready) or
+// anything else (not ready).
+func (c *Cluster) WaitNodeReady(ctx context.Context, name string, ready bool) error {
+	proc := ""
+	if ready {
+		proc = "kwok-" + name
+	}
+	want := map[bool]string{true: "Ready", false: "NotReady"}[ready]
+	return c.poll(ctx, "wait for node "+name+" "+want, time.Duration(NodeLeaseSeconds+60)*time.Second, proc, func(ctx context.Context) error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		isReady := false
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				isReady = true
+			}
+		}
+		if isReady != ready {
+			return fmt.Errorf("node %s is not %s yet: %w", name, want, errNotReady)
+		}
+		return nil
+	})
+}

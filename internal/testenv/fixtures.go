@@ -1,0 +1,191 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// Namespace creates a fresh namespace named after the test and deletes it
+// when the test ends.
+func Namespace(t testing.TB, client kubernetes.Interface) string {
+	t.Helper()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	prefix := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(prefix) > 40 {
+		prefix = prefix[:40]
+	}
+	name := strings.Trim(prefix, "-") + "-" + hex.EncodeToString(b)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// Spec describes a test workload; Option functions fill it.
+type Spec struct {
+	Replicas     int32
+	Containers   []corev1.Container
+	Recreate     bool
+	TolerateAll  bool
+	PullSecrets  []string
+	Annotations  map[string]string
+	NodeSelector map[string]string
+}
+
+// Option changes a Spec.
+type Option func(*Spec)
+
+// WithContainer adds a container running image with IfNotPresent, the
+// pull policy of the seed's fleet.
+func WithContainer(name, image string) Option {
+	return func(s *Spec) {
+		s.Containers = append(s.Containers, corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent})
+	}
+}
+
+// WithReplicas sets the replica count (Deployment, StatefulSet).
+func WithReplicas(n int32) Option { return func(s *Spec) { s.Replicas = n } }
+
+// WithRecreate uses the Recreate strategy (Deployment).
+func WithRecreate() Option { return func(s *Spec) { s.Recreate = true } }
+
+// WithTolerateAll tolerates every taint, as the seed's DaemonSet does, so a
+// NotReady node stays in desiredNumberScheduled.
+func WithTolerateAll() Option { return func(s *Spec) { s.TolerateAll = true } }
+
+// WithAnnotations sets the workload's own annotations.
+func WithAnnotations(a map[string]string) Option { return func(s *Spec) { s.Annotations = a } }
+
+// WithPullSecrets sets the pod template's imagePullSecrets.
+func WithPullSecrets(names ...string) Option { return func(s *Spec) { s.PullSecrets = names } }
+
+func build(name string, opts []Option) (Spec, metav1.ObjectMeta, *metav1.LabelSelector, corev1.PodTemplateSpec) {
+	s := Spec{Replicas: 2}
+	for _, o := range opts {
+		o(&s)
+	}
+	if len(s.Containers) == 0 {
+		s.Containers = []corev1.Container{{Name: "app", Image: "example.invalid/app:v1", ImagePullPolicy: corev1.PullIfNotPresent}}
+	}
+	labels := map[string]string{"app": name}
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec:       corev1.PodSpec{Containers: s.Containers, TerminationGracePeriodSeconds: new(int64)},
+	}
+	for _, ps := range s.PullSecrets {
+		tmpl.Spec.ImagePullSecrets = append(tmpl.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: ps})
+	}
+	if s.TolerateAll {
+		tmpl.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}
+	return s, metav1.ObjectMeta{Name: name, Annotations: s.Annotations, Labels: labels}, &metav1.LabelSelector{MatchLabels: labels}, tmpl
+}
+
+// Deployment creates a Deployment and returns it.
+func Deployment(t testing.TB, client kubernetes.Interface, ns, name string, opts ...Option) *appsv1.Deployment {
+	t.Helper()
+	s, meta, sel, tmpl := build(name, opts)
+	meta.Namespace = ns
+	d := &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{Replicas: &s.Replicas, Selector: sel, Template: tmpl}}
+	if s.Recreate {
+		d.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
+	}
+	out, err := client.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Deployment %s/%s: %v", ns, name, err)
+	}
+	return out
+}
+
+// DaemonSet creates a DaemonSet and returns it.
+func DaemonSet(t testing.TB, client kubernetes.Interface, ns, name string, opts ...Option) *appsv1.DaemonSet {
+	t.Helper()
+	_, meta, sel, tmpl := build(name, opts)
+	meta.Namespace = ns
+	ds := &appsv1.DaemonSet{ObjectMeta: meta, Spec: appsv1.DaemonSetSpec{Selector: sel, Template: tmpl}}
+	out, err := client.AppsV1().DaemonSets(ns).Create(context.Background(), ds, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create DaemonSet %s/%s: %v", ns, name, err)
+	}
+	return out
+}
+
+// StatefulSet creates a StatefulSet and returns it.
+func StatefulSet(t testing.TB, client kubernetes.Interface, ns, name string, opts ...Option) *appsv1.StatefulSet {
+	t.Helper()
+	s, meta, sel, tmpl := build(name, opts)
+	meta.Namespace = ns
+	st := &appsv1.StatefulSet{ObjectMeta: meta, Spec: appsv1.StatefulSetSpec{
+		Replicas: &s.Replicas, Selector: sel, Template: tmpl, ServiceName: name,
+		PodManagementPolicy: appsv1.ParallelPodManagement,
+	}}
+	out, err := client.AppsV1().StatefulSets(ns).Create(context.Background(), st, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create StatefulSet %s/%s: %v", ns, name, err)
+	}
+	return out
+}
+
+// Settled reads a workload and reports whether its rollout finished, using
+// the product's own definition (internal/workload).
+func Settled(ctx context.Context, client kubernetes.Interface, kind, ns, name string) (workload.Settledness, error) {
+	switch kind {
+	case "Deployment":
+		d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return workload.Settledness{}, err
+		}
+		return workload.DeploymentSettled(d), nil
+	case "DaemonSet":
+		d, err := client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return workload.Settledness{}, err
+		}
+		return workload.DaemonSetSettled(d), nil
+	case "StatefulSet":
+		d, err := client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return workload.Settledness{}, err
+		}
+		return workload.StatefulSetSettled(d), nil
+	}
+	return workload.Settledness{}, fmt.Errorf("unknown kind %q", kind)
+}
+
+// WaitSettled waits until the workload's rollout finished or timeout; it
+// returns the last reason when it did not.
+func WaitSettled(ctx context.Context, client kubernetes.Interface, kind, ns, name string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		s, err := Settled(ctx, client, kind, ns, name)
+		if err == nil && s.Settled {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("%s %s/%s did not settle in %s: %w", kind, ns, name, timeout, err)
+			}
+			return fmt.Errorf("%s %s/%s did not settle in %s: %s", kind, ns, name, timeout, s.Reason)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package workload
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+)
+
+// Settledness says whether a workload's last rollout finished (SPEC R4) and,
+// if not, why — the reason goes into logs and `status`.
+type Settledness struct {
+	Settled bool
+	Reason  string
+}
+
+func notSettled(format string, args ...any) Settledness {
+	return Settledness{Reason: fmt.Sprintf(format, args...)}
+}
+
+// DeploymentSettled: the controller observed the current generation, every
+// replica runs the current template and is available, and no old replica
+// is left (the same test as `kubectl rollout status`).
+func DeploymentSettled(d *appsv1.Deployment) Settledness {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	switch {
+	case s.ObservedGeneration < d.Generation:
+		return notSettled("observedGeneration %d < generation %d", s.ObservedGeneration, d.Generation)
+	case s.UpdatedReplicas < want:
+		return notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
+	case s.Replicas > s.UpdatedReplicas:
+		return notSettled("%d old replicas pending termination", s.Replicas-s.UpdatedReplicas)
+	case s.AvailableReplicas < want:
+		return notSettled("%d of %d updated replicas available", s.AvailableReplicas, want)
+	}
+	return Settledness{Settled: true}
+}
+
+// DaemonSetSettled: every scheduled pod is updated and available. A node
+// that is NotReady but still counted in desiredNumberScheduled (tolerations
+// Exists) keeps the DaemonSet unsettled — the seed's production case.
+func DaemonSetSettled(ds *appsv1.DaemonSet) Settledness {
+	s := ds.Status
+	switch {
+	case s.ObservedGeneration < ds.Generation:
+		return notSettled("observedGeneration %d < generation %d", s.ObservedGeneration, ds.Generation)
+	case s.UpdatedNumberScheduled < s.DesiredNumberScheduled:
+		return notSettled("%d of %d scheduled pods updated", s.UpdatedNumberScheduled, s.DesiredNumberScheduled)
+	case s.NumberAvailable < s.DesiredNumberScheduled:
+		return notSettled("%d of %d scheduled pods available", s.NumberAvailable, s.DesiredNumberScheduled)
+	}
+	return Settledness{Settled: true}
+}
+
+// StatefulSetSettled: every replica is on the update revision and ready.
+func StatefulSetSettled(st *appsv1.StatefulSet) Settledness {
+	want := int32(1)
+	if st.Spec.Replicas != nil {
+		want = *st.Spec.Replicas
+	}
+	s := st.Status
+	switch {
+	case s.ObservedGeneration < st.Generation:
+		return notSettled("observedGeneration %d < generation %d", s.ObservedGeneration, st.Generation)
+	case s.UpdatedReplicas < want && st.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType:
+		return notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
+	case s.ReadyReplicas < want:
+		return notSettled("%d of %d replicas ready", s.ReadyReplicas, want)
+	case s.AvailableReplicas < want:
+		return notSettled("%d of %d replicas available", s.AvailableReplicas, want)
+	case s.UpdateRevision != "" && s.CurrentRevision != s.UpdateRevision && st.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType:
+		return notSettled("current revision %s is not the update revision %s", s.CurrentRevision, s.UpdateRevision)
+	}
+	return Settledness{Settled: true}
+}
