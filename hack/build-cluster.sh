@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, once, the binaries of the local test cluster into a cache directory
 # outside the repository:
-#   kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes),
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
 #   etcd (go.etcd.io/etcd/server/v3, the version kubernetes pins), kwok.
 # Idempotent: a stamp file records what was built; nothing is rebuilt when it
 # matches. Prints the cache directory on stdout, progress on stderr.
@@ -20,7 +20,7 @@ die() { log "ERROR: $*"; exit 1; }
 command -v go >/dev/null || die "the go command is not on PATH; install Go 1.26 or newer"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  for b in kube-apiserver kube-controller-manager kube-scheduler etcd kwok; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
     [[ -x "$cache/$b" ]] || die "stamp present but $cache/$b is missing; remove $stamp to rebuild"
   done
   echo "$cache"
@@ -51,6 +51,7 @@ build etcd ./etcd
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+build kubectl k8s.io/kubernetes/cmd/kubectl
 
 start=$SECONDS
 log "  kwok: installing sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"

@@ -45,7 +45,7 @@ func Parse(s string) (Reference, error) {
 		return Reference{}, fmt.Errorf("image reference %q: repository %q: %w", s, rest, err)
 	}
 	if ref.Tag != "" {
-		if _, err := name.NewTag(rest+":"+ref.Tag); err != nil {
+		if _, err := name.NewTag(rest + ":" + ref.Tag); err != nil {
 			return Reference{}, fmt.Errorf("image reference %q: tag %q: %w", s, ref.Tag, err)
 		}
 	}

@@ -312,4 +312,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-

@@ -30,7 +30,7 @@ type keyPair struct {
 // the service-account signing key.
 type pki struct {
 	ca, apiserver, admin, frontProxyCA, frontProxyClient keyPair
-	saKeyFile, saPubFile                                  string
+	saKeyFile, saPubFile                                 string
 }
 
 func newPKI(dir string) (*pki, error) {

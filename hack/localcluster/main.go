@@ -1,0 +1,165 @@
+// Command localcluster starts, stops and breaks the local test cluster from
+// the command line (see `make cluster-up`). Progress goes to stderr; `up`
+// prints exactly two lines on stdout so that
+//
+//	eval "$(make -s cluster-up)"
+//
+// points kubectl and the registry helpers at it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/image-refresh/image-refresh/internal/localcluster"
+	"github.com/image-refresh/image-refresh/internal/testregistry"
+)
+
+const usage = `usage: localcluster <command> [args]
+  up BINDIR RUNDIR      start the cluster and a loopback registry; print two export lines
+  down RUNDIR           stop every process the cluster started
+  node-down RUNDIR NODE make NODE NotReady (stops its kwok)
+  node-up RUNDIR NODE   make NODE Ready again
+  serve-registry ADDRFILE   (internal) serve the registry, write its address to ADDRFILE`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	need := func(n int) error {
+		if len(args) != n+1 {
+			return fmt.Errorf("%s: wrong number of arguments\n%s", args[0], usage)
+		}
+		return nil
+	}
+	switch args[0] {
+	case "up":
+		if err := need(2); err != nil {
+			return err
+		}
+		return up(ctx, args[1], args[2])
+	case "down":
+		if err := need(1); err != nil {
+			return err
+		}
+		return down(args[1])
+	case "node-down", "node-up":
+		if err := need(2); err != nil {
+			return err
+		}
+		c, err := localcluster.Attach(args[1])
+		if err != nil {
+			return err
+		}
+		c.SetLog(os.Stderr)
+		if args[0] == "node-down" {
+			return c.NodeDown(ctx, args[2])
+		}
+		return c.NodeUp(ctx, args[2])
+	case "serve-registry":
+		if err := need(1); err != nil {
+			return err
+		}
+		return serveRegistry(ctx, args[1])
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+func up(ctx context.Context, binDir, runDir string) error {
+	if c, err := localcluster.Attach(runDir); err == nil && len(c.Processes()) > 0 {
+		return fmt.Errorf("a cluster already runs from %s; stop it with `make cluster-down`", runDir)
+	}
+	_ = os.RemoveAll(runDir)
+	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, RunDir: runDir, Detach: true, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	registry, err := startRegistry(runDir)
+	if err != nil {
+		_ = c.Stop()
+		return err
+	}
+	fmt.Printf("export KUBECONFIG=%s\nexport REGISTRY=%s\n", c.Kubeconfig, registry)
+	return nil
+}
+
+// startRegistry runs this binary's serve-registry as a detached process and
+// waits for the address it picked.
+func startRegistry(runDir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	addrFile := filepath.Join(runDir, "registry.addr")
+	logFile, err := os.Create(filepath.Join(runDir, "logs", "registry.log"))
+	if err != nil {
+		return "", err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(self, "serve-registry", addrFile)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start registry: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "registry.pid"), []byte(fmt.Sprint(cmd.Process.Pid)), 0o644); err != nil {
+		return "", err
+	}
+	for i := 0; i < 100; i++ {
+		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
+			return strings.TrimSpace(string(b)), nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "", fmt.Errorf("registry did not report its address in %s", addrFile)
+}
+
+func serveRegistry(ctx context.Context, addrFile string) error {
+	s := testregistry.New()
+	if err := s.Start("127.0.0.1:0"); err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := os.WriteFile(addrFile, []byte(s.Host()), 0o644); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func down(runDir string) error {
+	var errs []error
+	if b, err := os.ReadFile(filepath.Join(runDir, "registry.pid")); err == nil {
+		var pid int
+		if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+		_ = os.Remove(filepath.Join(runDir, "registry.pid"))
+	}
+	c, err := localcluster.Attach(runDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster: nothing to stop:", err)
+		return errors.Join(errs...)
+	}
+	errs = append(errs, c.Stop())
+	fmt.Fprintln(os.Stderr, "localcluster: stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+func newRearm() *cobra.Command {
+	var (
+		c     common
+		group string
+	)
+	cmd := &cobra.Command{
+		Use:   "rearm --config FILE [--kubeconfig FILE] --group NAME",
+		Short: "Clear a group's attempt counter and lockout (R18)",
+		Long: `rearm clears the refresh-attempt counter and the refresh-flap-detected lockout
+marker on the group's anchor, so that the next tick acts again. Every lockout
+message names this command. Fix what kept the rollout from settling first
+(a NotReady node, a crashing pod), or the group locks out again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if group == "" {
+				return invalid("--group is required")
+			}
+			cfg, _, err := c.load()
+			if err != nil {
+				return err
+			}
+			g, ok := cfg.Group(group)
+			if !ok {
+				return invalid("--group: no group %q in %s", group, c.configPath)
+			}
+			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
+			r, err := c.runner(cfg, log, nil)
+			if err != nil {
+				return err
+			}
+			anchor := workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name}
+			obj, err := r.Workloads.Get(cmd.Context(), anchor)
+			if err != nil {
+				return fmt.Errorf("rearm group %s: %w", group, err)
+			}
+			keys := state.Keys{Prefix: cfg.AnnotationPrefix}
+			expect, set := map[string]*string{}, map[string]*string{}
+			for _, k := range []string{keys.Attempt(), keys.Flap()} {
+				if v, ok := obj.Annotations[k]; ok {
+					expect[k], set[k] = &v, nil
+				}
+			}
+			if len(set) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "group %s is not locked out and has no pending attempt; nothing to do\n", group)
+				return nil
+			}
+			if _, err := r.Workloads.UpdateAnnotations(cmd.Context(), anchor, expect, set); err != nil {
+				return fmt.Errorf("rearm group %s: %w", group, err)
+			}
+			msg := fmt.Sprintf("re-armed group %s: cleared %s and %s; the next tick acts again", group, keys.Attempt(), keys.Flap())
+			if err := r.Workloads.Event(cmd.Context(), obj, "Normal", "RefreshRearmed", msg); err != nil {
+				log.Warn("could not record an event", "object", anchor.String(), "error", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return nil
+		},
+	}
+	c.bind(cmd)
+	cmd.Flags().StringVar(&group, "group", "", "the group to re-arm (required)")
+	return cmd
+}

@@ -1,0 +1,173 @@
+// Package cli holds the cobra commands of image-refresh. Commands return
+// errors; main turns them into exit codes (ExitCode).
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/reconcile"
+	"github.com/image-refresh/image-refresh/internal/registry"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// Exit codes of `tick` (and every command): 0 healthy or benignly skipped,
+// 1 a group needs a human, 2 invalid config or flags (nothing read or written).
+const (
+	ExitOK         = 0
+	ExitNeedsHuman = 1
+	ExitInvalid    = 2
+)
+
+// ExitError carries an exit code out of a command.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode maps a command's error to the process exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return ExitNeedsHuman
+}
+
+func invalid(format string, args ...any) error {
+	return &ExitError{Code: ExitInvalid, Err: fmt.Errorf(format, args...)}
+}
+
+// Version is set at build time with -ldflags -X.
+var Version = "dev"
+
+// NewRoot builds the command tree. out and errOut receive the commands'
+// output and logs.
+func NewRoot(out, errOut io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "image-refresh",
+		Short: "Pin workloads to the digest their tag points to now, and keep them pinned",
+		Long: `image-refresh keeps every managed Deployment, DaemonSet and StatefulSet running
+exactly the image its tag points to in the registry now, pinned by digest, and
+re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitInvalid, Err: err} })
+	root.AddCommand(newTick(), newStatus(), newRearm(), newVersion())
+	return root
+}
+
+// common holds the flags every cluster command shares.
+type common struct {
+	configPath string
+	kubeconfig string
+	logFormat  string
+}
+
+func (c *common) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.configPath, "config", "", "config file (YAML; see docs/config.md) (required)")
+	cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster when running in a pod, else $KUBECONFIG or ~/.kube/config")
+	cmd.Flags().StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+}
+
+// load validates flags and config before anything touches the cluster, so
+// an invalid one exits 2 with nothing read or written.
+func (c *common) load() (*config.Config, *slog.Logger, error) {
+	if c.configPath == "" {
+		return nil, nil, invalid("--config is required")
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return nil, nil, invalid("--log-format: %q is not one of text, json", c.logFormat)
+	}
+	cfg, err := config.Load(c.configPath)
+	if err != nil {
+		return nil, nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("config %s: %w", c.configPath, err)}
+	}
+	return cfg, nil, nil
+}
+
+func newLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// restConfig: --kubeconfig, else in-cluster when the service account is
+// mounted, else $KUBECONFIG / ~/.kube/config.
+func (c *common) restConfig() (*rest.Config, error) {
+	if c.kubeconfig == "" {
+		if _, err := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount/token"); err == nil {
+			if cfg, err := rest.InClusterConfig(); err == nil {
+				return cfg, nil
+			}
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// runner builds the tick executor from a loaded config.
+func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) (*reconcile.Runner, error) {
+	rc, err := c.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = "image-refresh/" + Version
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	hosts := make([]registry.HostConfig, 0, len(cfg.Registries))
+	for _, h := range cfg.Registries {
+		hosts = append(hosts, registry.HostConfig{Host: h.Host, Insecure: h.Insecure, CAFile: h.CAFile})
+	}
+	opts := registry.Options{Hosts: hosts, Timeout: cfg.RegistryTimeout, UserAgent: "image-refresh/" + Version}
+	if m != nil {
+		opts.OnRequest = m.RegistryRequest
+	}
+	res, err := registry.NewResolver(opts)
+	if err != nil {
+		return nil, &ExitError{Code: ExitInvalid, Err: err}
+	}
+	return &reconcile.Runner{
+		Config: cfg, ConfigPath: c.configPath, Kube: kube,
+		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
+	}, nil
+}
+
+func newVersion() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), "image-refresh", Version)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/image-refresh/image-refresh/internal/refresh"
+)
+
+func newStatus() *cobra.Command {
+	var (
+		c      common
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "status --config FILE [--kubeconfig FILE] [-o table|json]",
+		Short: "Show every target's state and what to do about it",
+		Long: `status reads the cluster and the registry as a tick would and shows, for
+every (group, image, target), its state — pinned, drifted, first-observed,
+locked-out, not-settled, stale-pin, inert, unreadable or error — with the
+remediation for anything not pinned (docs/states.md). It writes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return invalid("-o: %q is not one of table, json", output)
+			}
+			cfg, _, err := c.load()
+			if err != nil {
+				return err
+			}
+			log := newLogger(io.Discard, c.logFormat)
+			r, err := c.runner(cfg, log, nil)
+			if err != nil {
+				return err
+			}
+			res := r.Tick(cmd.Context(), true)
+			var rows []refresh.Row
+			for _, p := range res.Plans {
+				rows = append(rows, p.Rows...)
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if rows == nil {
+					rows = []refresh.Row{}
+				}
+				return enc.Encode(rows)
+			}
+			printRows(cmd.OutOrStdout(), rows)
+			return nil
+		},
+	}
+	c.bind(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+// printRows prints the status table: it fits 80 columns, and every row not
+// pinned is followed by its message and remediation.
+func printRows(w io.Writer, rows []refresh.Row) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tIMAGE\tTARGET\tSTATE\tDIGEST")
+	for _, r := range rows {
+		digest := r.Latest
+		if r.Recorded != "" {
+			digest = r.Recorded
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 14), trunc(r.Image, 14), trunc(shortTarget(r.Target), 24), r.State, shortDigest(digest))
+	}
+	tw.Flush()
+	for _, r := range rows {
+		if r.State == refresh.StatePinned {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s/%s %s: %s\n", r.Group, r.Image, r.State, r.Target)
+		fmt.Fprintf(w, "  %s\n", wrap(r.Message, 76, "  "))
+		if r.Remediation != "" {
+			fmt.Fprintf(w, "  fix: %s\n", wrap(r.Remediation, 71, "       "))
+		}
+	}
+}
+
+// printPlans prints what a --dry-run tick would do.
+func printPlans(w io.Writer, plans []*refresh.Plan) {
+	for _, p := range plans {
+		fmt.Fprintf(w, "group %s (anchor %s): attempts %d, skip streak %d, locked out %v\n", p.Group, p.Anchor, p.Attempts, p.SkipStreak, p.LockedOut)
+		for k, v := range p.Bookkeeping.Set {
+			fmt.Fprintf(w, "  annotate %s=%s\n", k, show(v))
+		}
+		for k, v := range p.ClearSkip.Set {
+			fmt.Fprintf(w, "  annotate %s=%s\n", k, show(v))
+		}
+		if rp := p.Repin; rp != nil {
+			for k, v := range rp.AttemptWrite.Set {
+				fmt.Fprintf(w, "  annotate %s=%s (before re-imaging)\n", k, show(v))
+			}
+			for _, c := range rp.Changes {
+				for _, ic := range c.Images {
+					fmt.Fprintf(w, "  re-image %s container %s: %s -> %s (%s)\n", c.Workload, ic.Container, ic.From, ic.To, ic.Cause)
+				}
+			}
+			for _, wl := range rp.Wait {
+				fmt.Fprintf(w, "  wait for %s to settle\n", wl)
+			}
+			for k, v := range rp.ClearWrite.Set {
+				fmt.Fprintf(w, "  annotate %s=%s (after every rollout settled)\n", k, show(v))
+			}
+			for k, v := range rp.RecordWrite.Set {
+				fmt.Fprintf(w, "  annotate %s=%s (after every rollout settled)\n", k, show(v))
+			}
+		}
+	}
+}
+
+func show(v *string) string {
+	if v == nil {
+		return "<delete>"
+	}
+	return *v
+}
+
+func shortTarget(t string) string {
+	// "Deployment ns/name container c" -> "ns/name/c"
+	f := strings.Fields(t)
+	if len(f) == 4 {
+		return f[1] + "/" + f[3]
+	}
+	return t
+}
+
+func shortDigest(d string) string {
+	if i := strings.IndexByte(d, ':'); i >= 0 && len(d) > i+13 {
+		return d[:i+13]
+	}
+	return d
+}
+
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		if i > 0 && line+1+len(word) > width {
+			b.WriteString("\n" + indent)
+			line = 0
+		} else if i > 0 {
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
+}

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/image-refresh/image-refresh/internal/metrics"
+)
+
+func newTick() *cobra.Command {
+	var (
+		c           common
+		dryRun      bool
+		metricsFile string
+	)
+	cmd := &cobra.Command{
+		Use:   "tick --config FILE [--kubeconfig FILE] [--dry-run] [--log-format text|json]",
+		Short: "Run one reconcile pass over every group (the CronJob mode)",
+		Long: `tick resolves every configured image in its registry, reads every target's
+live image, re-pins what drifted or reverted and records what rolled out, under
+the settled guard, attempt counter and lockout of SPEC.md.
+
+Exit codes:
+  0  every group healthy or benignly skipped (not settled below the ceiling,
+     first observation, registry NOTE)
+  1  a group needs a human: lockout, a streak ceiling reached, a stale operator
+     pin, an API error, a misconfiguration found at run time
+  2  the config or the flags are invalid; nothing was read or written`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := c.load()
+			if err != nil {
+				return err
+			}
+			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
+			m := metrics.New()
+			r, err := c.runner(cfg, log, m)
+			if err != nil {
+				return err
+			}
+			res := r.Tick(cmd.Context(), dryRun)
+			if dryRun {
+				printPlans(cmd.OutOrStdout(), res.Plans)
+			}
+			if metricsFile != "" {
+				if err := m.WriteTextfile(metricsFile); err != nil {
+					log.Warn("could not write the metrics file", "path", metricsFile, "error", err)
+				}
+			}
+			if res.NeedsHuman() {
+				return &ExitError{Code: ExitNeedsHuman, Err: fmt.Errorf("a group needs attention; see the log lines above or run `image-refresh status --config %s`", c.configPath)}
+			}
+			return nil
+		},
+	}
+	c.bind(cmd)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "decide and print the plan; write nothing (no annotation, image or event)")
+	cmd.Flags().StringVar(&metricsFile, "metrics-file", "", "write Prometheus metrics in text format to this file after the tick (node-exporter textfile collector)")
+	return cmd
+}

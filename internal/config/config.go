@@ -1,0 +1,174 @@
+// Package config reads the image-refresh config file into a validated Config.
+// Every problem in a file is reported at once, each naming its field path and
+// line, so an operator fixes a config in one run. A Config returned without
+// error is complete and valid; callers treat it as read-only.
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/image-refresh/image-refresh/internal/imageref"
+)
+
+// Defaults of the optional settings.
+const (
+	DefaultAnnotationPrefix   = "image-refresh.io"
+	DefaultRolloutTimeout     = 10 * time.Minute
+	DefaultRegistryTimeout    = 15 * time.Second
+	DefaultAPITimeout         = 15 * time.Second
+	DefaultMaxRefreshAttempts = 3
+	DefaultMaxSkipTicks       = 8
+	DefaultMaxReadFailures    = 8
+	DefaultFirstInstall       = FirstInstallPinNextTick
+	DefaultPinFormat          = imageref.PinTagAndDigest
+
+	// tickSlack is added to the derived tick deadline for the API and
+	// registry calls around the rollout waits (R14).
+	tickSlack = 2 * time.Minute
+)
+
+// Kind is a workload kind image-refresh can pin.
+type Kind string
+
+const (
+	KindDeployment  Kind = "Deployment"
+	KindDaemonSet   Kind = "DaemonSet"
+	KindStatefulSet Kind = "StatefulSet"
+)
+
+// kinds lists the supported kinds, for messages and validation.
+var kinds = []Kind{KindDeployment, KindDaemonSet, KindStatefulSet}
+
+// Workload names one workload object.
+type Workload struct {
+	Kind      Kind   `yaml:"kind"`
+	Namespace string `yaml:"namespace"`
+	Name      string `yaml:"name"`
+}
+
+// String renders the workload as "Deployment tb/tb-jobs-manager".
+func (w Workload) String() string {
+	return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name)
+}
+
+// Target is one container of one workload that runs an image.
+type Target struct {
+	Kind      Kind   `yaml:"kind"`
+	Namespace string `yaml:"namespace"`
+	Name      string `yaml:"name"`
+	Container string `yaml:"container"`
+}
+
+// Workload returns the workload the target's container belongs to.
+func (t Target) Workload() Workload {
+	return Workload{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name}
+}
+
+// String renders the target as "Deployment tb/tb-jobs-manager container api".
+func (t Target) String() string {
+	return fmt.Sprintf("%s container %s", t.Workload(), t.Container)
+}
+
+// Image is a repository and tag, and the containers that run it.
+type Image struct {
+	// Name is the <image> part of the state annotation keys.
+	Name       string `yaml:"name"`
+	Repository string `yaml:"repository"`
+	Tag        string `yaml:"tag"`
+	// PinnedDigest, when set, is the operator's pin: the image is not
+	// refreshed, only checked for a stale pin (R2).
+	PinnedDigest string   `yaml:"pinnedDigest"`
+	Targets      []Target `yaml:"targets"`
+}
+
+// Registry holds per-host connection settings.
+type Registry struct {
+	Host string `yaml:"host"`
+	// Insecure allows plain HTTP and unverified TLS: loopback and labs only.
+	Insecure bool `yaml:"insecure"`
+	// CAFile is a PEM bundle trusted in addition to the system roots; a
+	// relative path is relative to the working directory. Load checks it is
+	// readable; Parse cannot (it has no filesystem access).
+	CAFile string `yaml:"caFile"`
+}
+
+// Group is a set of images whose bookkeeping lives on one anchor workload:
+// one attempt counter and one lockout (R10).
+type Group struct {
+	Name   string   `yaml:"name"`
+	Anchor Workload `yaml:"anchor"`
+	Images []Image  `yaml:"images"`
+}
+
+// Workloads returns the anchor and then every distinct target workload, in
+// the order first listed. These are the workloads the settled guard checks
+// (R4).
+func (g Group) Workloads() []Workload {
+	out := []Workload{g.Anchor}
+	seen := map[Workload]bool{g.Anchor: true}
+	for _, img := range g.Images {
+		for _, t := range img.Targets {
+			if w := t.Workload(); !seen[w] {
+				seen[w] = true
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+}
+
+// FirstInstall says what happens when an image has no recorded digest (R5).
+type FirstInstall string
+
+const (
+	// FirstInstallPinNextTick records latest, and R7 pins the targets on the
+	// next tick: one extra rollout after install.
+	FirstInstallPinNextTick FirstInstall = "pin-next-tick"
+	// FirstInstallOnlyAfterEverPinned pins only images image-refresh has
+	// pinned before, so a fresh install never rolls.
+	FirstInstallOnlyAfterEverPinned FirstInstall = "only-after-ever-pinned"
+)
+
+// Config is the validated content of a config file.
+type Config struct {
+	// AnnotationPrefix is P in the state annotation keys; "tracebloc.io"
+	// keeps the seed script's keys.
+	AnnotationPrefix string `yaml:"annotationPrefix"`
+	// RolloutTimeout bounds each rollout wait (R14).
+	RolloutTimeout time.Duration `yaml:"rolloutTimeout"`
+	// RegistryTimeout bounds one registry call (R14).
+	RegistryTimeout time.Duration `yaml:"registryTimeout"`
+	// APITimeout bounds one Kubernetes API call (R14).
+	APITimeout time.Duration `yaml:"apiTimeout"`
+	// TickTimeout bounds a whole tick (R14); 0 derives it, see
+	// EffectiveTickTimeout.
+	TickTimeout time.Duration `yaml:"tickTimeout"`
+	// MaxRefreshAttempts is the lockout ceiling (R10).
+	MaxRefreshAttempts int `yaml:"maxRefreshAttempts"`
+	// MaxSkipTicks is the settled-guard skip streak ceiling (R4).
+	MaxSkipTicks int `yaml:"maxSkipTicks"`
+	// MaxReadFailures is the ceiling of the live-image read (R7) and
+	// registry resolve (R1) failure streaks.
+	MaxReadFailures int                `yaml:"maxReadFailures"`
+	FirstInstall    FirstInstall       `yaml:"firstInstall"`
+	PinFormat       imageref.PinFormat `yaml:"pinFormat"`
+	Registries      []Registry         `yaml:"registries"`
+	Groups          []Group            `yaml:"groups"`
+}
+
+// Defaults returns a Config with every optional setting at its default and
+// no groups (so it does not pass Validate on its own).
+func Defaults() *Config {
+	return &Config{
+		AnnotationPrefix:   DefaultAnnotationPrefix,
+		RolloutTimeout:     DefaultRolloutTimeout,
+		RegistryTimeout:    DefaultRegistryTimeout,
+		APITimeout:         DefaultAPITimeout,
+		MaxRefreshAttempts: DefaultMaxRefreshAttempts,
+		MaxSkipTicks:       DefaultMaxSkipTicks,
+		MaxReadFailures:    DefaultMaxReadFailures,
+		FirstInstall:       DefaultFirstInstall,
+		PinFormat:          DefaultPinFormat,
+	}
+}

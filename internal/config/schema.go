@@ -1,0 +1,86 @@
+package config
+
+import (
+	"go.yaml.in/yaml/v3"
+)
+
+// The keys of the config file, one decode function per type. A key missing
+// here is an unknown key in the file.
+
+func (d *decoder) config(n *yaml.Node, c *Config) {
+	d.mapping("", n, map[string]fieldFunc{
+		"annotationPrefix":   d.str(&c.AnnotationPrefix),
+		"rolloutTimeout":     d.duration(&c.RolloutTimeout),
+		"registryTimeout":    d.duration(&c.RegistryTimeout),
+		"apiTimeout":         d.duration(&c.APITimeout),
+		"tickTimeout":        d.duration(&c.TickTimeout),
+		"maxRefreshAttempts": d.integer(&c.MaxRefreshAttempts),
+		"maxSkipTicks":       d.integer(&c.MaxSkipTicks),
+		"maxReadFailures":    d.integer(&c.MaxReadFailures),
+		"firstInstall":       d.str((*string)(&c.FirstInstall)),
+		"pinFormat":          d.str((*string)(&c.PinFormat)),
+		"registries": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, n *yaml.Node) {
+				c.Registries = append(c.Registries, Registry{})
+				d.registry(path, n, &c.Registries[len(c.Registries)-1])
+			})
+		},
+		"groups": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, n *yaml.Node) {
+				c.Groups = append(c.Groups, Group{})
+				d.group(path, n, &c.Groups[len(c.Groups)-1])
+			})
+		},
+	})
+}
+
+func (d *decoder) registry(path string, n *yaml.Node, r *Registry) {
+	d.mapping(path, n, map[string]fieldFunc{
+		"host":     d.str(&r.Host),
+		"insecure": d.boolean(&r.Insecure),
+		"caFile":   d.str(&r.CAFile),
+	})
+}
+
+func (d *decoder) group(path string, n *yaml.Node, g *Group) {
+	d.mapping(path, n, map[string]fieldFunc{
+		"name": d.str(&g.Name),
+		"anchor": func(path string, n *yaml.Node) {
+			d.mapping(path, n, map[string]fieldFunc{
+				"kind":      d.str((*string)(&g.Anchor.Kind)),
+				"namespace": d.str(&g.Anchor.Namespace),
+				"name":      d.str(&g.Anchor.Name),
+			})
+		},
+		"images": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, n *yaml.Node) {
+				g.Images = append(g.Images, Image{})
+				d.image(path, n, &g.Images[len(g.Images)-1])
+			})
+		},
+	})
+}
+
+func (d *decoder) image(path string, n *yaml.Node, img *Image) {
+	d.mapping(path, n, map[string]fieldFunc{
+		"name":         d.str(&img.Name),
+		"repository":   d.str(&img.Repository),
+		"tag":          d.str(&img.Tag),
+		"pinnedDigest": d.str(&img.PinnedDigest),
+		"targets": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, n *yaml.Node) {
+				img.Targets = append(img.Targets, Target{})
+				d.target(path, n, &img.Targets[len(img.Targets)-1])
+			})
+		},
+	})
+}
+
+func (d *decoder) target(path string, n *yaml.Node, t *Target) {
+	d.mapping(path, n, map[string]fieldFunc{
+		"kind":      d.str((*string)(&t.Kind)),
+		"namespace": d.str(&t.Namespace),
+		"name":      d.str(&t.Name),
+		"container": d.str(&t.Container),
+	})
+}

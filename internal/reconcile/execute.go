@@ -1,0 +1,121 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// Execute carries out a plan in the order the rules require:
+// bookkeeping (R13), skip-streak clear (R4), then the repin — attempt
+// persisted before re-imaging (R10), one write per workload (R9), wait for
+// every rollout (R14 rolloutTimeout), clear the attempt in its own write,
+// then record digests (R6). Every failure becomes a finding on the plan, so
+// the report, the events and the exit code say what happened.
+func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
+	anchor := ref(p.Anchor)
+	if !p.Bookkeeping.Empty() {
+		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.Bookkeeping.Expect, p.Bookkeeping.Set); err != nil {
+			r.fail(p, "write bookkeeping annotations on %s: %v", p.Anchor, err)
+			return
+		}
+	}
+	if !p.ClearSkip.Empty() {
+		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.ClearSkip.Expect, p.ClearSkip.Set); err != nil {
+			// R4: failing to clear the streak is a WARN, not fatal.
+			p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
+				Message: fmt.Sprintf("could not clear the skip streak on %s: %v", p.Anchor, err)})
+		}
+	}
+	rp := p.Repin
+	if rp == nil {
+		return
+	}
+	if !rp.AttemptWrite.Empty() {
+		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set); err != nil {
+			r.fail(p, "persist the attempt counter on %s before re-imaging: %v; nothing was re-imaged", p.Anchor, err)
+			return
+		}
+	}
+	for _, wc := range rp.Changes {
+		if err := r.apply(ctx, p, snap, wc); err != nil {
+			r.fail(p, "%v", err)
+			return
+		}
+	}
+	for _, w := range rp.Wait {
+		st, err := r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
+		if err != nil || !st.Settled {
+			why := st.Reason
+			if err != nil {
+				why = err.Error()
+			}
+			r.fail(p, "rollout of %s did not settle within %s (%s); the digest record is unchanged and the next tick retries (attempt %d of %d)",
+				w, r.Config.RolloutTimeout, why, rp.Attempt, r.Config.MaxRefreshAttempts)
+			return
+		}
+	}
+	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
+		r.fail(p, "clear the attempt counter on %s after a settled rollout: %v", p.Anchor, err)
+		return
+	}
+	if !rp.RecordWrite.Empty() {
+		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
+			r.fail(p, "record the rolled-out digests on %s: %v", p.Anchor, err)
+			return
+		}
+	}
+	if rp.Unfinished {
+		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityInfo,
+			Message: fmt.Sprintf("the earlier rollout of group %s settled; attempt counter cleared", p.Group)})
+	}
+}
+
+// apply writes one workload's image changes in one patch (R9) and reports
+// each re-pin with who wrote the reference it replaced.
+func (r *Runner) apply(ctx context.Context, p *refresh.Plan, snap Snapshot, wc refresh.WorkloadChange) error {
+	obj, ok := snap.Objects[wc.Workload]
+	if !ok {
+		return fmt.Errorf("%s was not read; nothing written", wc.Workload)
+	}
+	changes := make([]workload.ImageChange, 0, len(wc.Images))
+	for _, c := range wc.Images {
+		changes = append(changes, workload.ImageChange{Container: c.Container, From: c.From, To: c.To})
+	}
+	if _, err := r.Workloads.SetImages(ctx, obj, changes); err != nil {
+		if errors.Is(err, workload.ErrChanged) {
+			return fmt.Errorf("%s changed after it was read; nothing re-imaged there, the next tick decides again: %w", wc.Workload, err)
+		}
+		return fmt.Errorf("re-image %s: %w", wc.Workload, err)
+	}
+	for _, c := range wc.Images {
+		// R7: neutral wording, since a fresh install's second tick looks the
+		// same as a revert; the writer tells them apart.
+		reason, msg := refresh.ReasonRepinned, fmt.Sprintf("%s container %s is not on the pinned digest: fresh install, or a re-render reverted the pin (image last written by %s); re-pinned %s → %s",
+			wc.Workload, c.Container, c.WrittenBy(), c.From, c.To)
+		if c.Cause == refresh.CauseDigestChange {
+			reason, msg = refresh.ReasonDigestChanged, fmt.Sprintf("re-imaged %s container %s: %s → %s (the registry moved the tag)",
+				wc.Workload, c.Container, c.From, c.To)
+		}
+		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityInfo, Reason: reason, Image: c.Image,
+			Target:  &config.Target{Kind: wc.Workload.Kind, Namespace: wc.Workload.Namespace, Name: wc.Workload.Name, Container: c.Container},
+			Message: msg})
+		if r.Metrics != nil {
+			r.Metrics.Repins.WithLabelValues(p.Group, c.Image, string(c.Cause)).Inc()
+		}
+		r.event(ctx, obj, "Normal", reason, msg)
+		if a, ok := snap.Objects[p.Anchor]; ok && wc.Workload != p.Anchor {
+			r.event(ctx, a, "Normal", reason, msg)
+		}
+	}
+	return nil
+}
+
+func (r *Runner) fail(p *refresh.Plan, format string, args ...any) {
+	p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityError, Reason: refresh.ReasonRefreshError,
+		NeedsHuman: true, Message: fmt.Sprintf(format, args...)})
+}

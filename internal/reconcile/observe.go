@@ -1,0 +1,159 @@
+// Package reconcile carries out ticks: it reads what the engine needs from
+// the cluster and the registry (Observe), asks internal/refresh for a Plan,
+// and executes the plan's writes, waits and reports in the order the rules
+// require (Execute). The one-shot tick, status, dry-run and the controller
+// all go through it.
+package reconcile
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/registry"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// Runner holds what a tick needs; it keeps no state between ticks that a
+// decision depends on (the annotations are the state).
+type Runner struct {
+	Config     *config.Config
+	ConfigPath string
+	Kube       kubernetes.Interface
+	Workloads  *workload.Client
+	Resolver   *registry.Resolver
+	Metrics    *metrics.Metrics
+	Log        *slog.Logger
+}
+
+// Snapshot is one group's observation plus the objects it was read from.
+type Snapshot struct {
+	Observation refresh.Observation
+	Objects     map[config.Workload]*workload.Object
+}
+
+func ref(w config.Workload) workload.Ref {
+	return workload.Ref{Kind: string(w.Kind), Namespace: w.Namespace, Name: w.Name}
+}
+
+// resolveCache makes one registry HEAD per distinct repository:tag per tick,
+// however many groups and targets use it (C2).
+type resolveCache struct {
+	mu sync.Mutex
+	m  map[string]refresh.Resolution
+}
+
+func newResolveCache() *resolveCache { return &resolveCache{m: map[string]refresh.Resolution{}} }
+
+// Observe reads one group: the anchor, every workload, the registry's
+// latest digest of every image, and the R3 proofs the decision needs.
+func (r *Runner) Observe(ctx context.Context, g config.Group, cache *resolveCache) Snapshot {
+	if cache == nil {
+		cache = newResolveCache()
+	}
+	obs := refresh.Observation{
+		Group:       g,
+		Workloads:   map[config.Workload]refresh.Workload{},
+		Latest:      map[string]refresh.Resolution{},
+		MirrorProof: map[config.Target]refresh.Proof{},
+	}
+	objs := map[config.Workload]*workload.Object{}
+	for _, w := range g.Workloads() {
+		obj, err := r.Workloads.Get(ctx, ref(w))
+		if err != nil {
+			obs.Workloads[w] = refresh.Workload{Err: err}
+			continue
+		}
+		objs[w] = obj
+		st := refresh.Workload{Settled: obj.Settled.Settled, Reason: obj.Settled.Reason, Containers: map[string]refresh.Container{}}
+		for _, c := range obj.Containers {
+			st.Containers[c.Name] = refresh.Container{Image: c.Image, Manager: c.ImageManager}
+		}
+		obs.Workloads[w] = st
+	}
+	if a, ok := objs[g.Anchor]; ok {
+		obs.Anchor = a.Annotations
+		if obs.Anchor == nil {
+			obs.Anchor = map[string]string{}
+		}
+	} else {
+		obs.AnchorErr = obs.Workloads[g.Anchor].Err
+	}
+	for _, img := range g.Images {
+		kc := r.keychain(ctx, img, objs)
+		key := img.Repository + ":" + img.Tag
+		cache.mu.Lock()
+		res, ok := cache.m[key]
+		cache.mu.Unlock()
+		if !ok {
+			d, err := r.Resolver.Latest(ctx, img.Repository, img.Tag, kc)
+			res = refresh.Resolution{Digest: d, Err: err}
+			cache.mu.Lock()
+			cache.m[key] = res
+			cache.mu.Unlock()
+		}
+		obs.Latest[img.Name] = res
+		if res.Err != nil {
+			continue
+		}
+		for _, t := range img.Targets {
+			c, ok := obs.Workloads[t.Workload()].Containers[t.Container]
+			if !ok {
+				continue
+			}
+			if repo, need := refresh.NeedsMirrorProof(img, c.Image); need {
+				has, err := r.Resolver.Has(ctx, repo, res.Digest, kc)
+				obs.MirrorProof[t] = refresh.Proof{Has: has, Err: err}
+			}
+		}
+	}
+	return Snapshot{Observation: obs, Objects: objs}
+}
+
+// keychain gives registry auth for an image: the docker config, and the
+// imagePullSecrets of the pods that run it (R20: the secrets stay in
+// memory; nothing about them is logged).
+func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config.Workload]*workload.Object) authn.Keychain {
+	secrets := map[string]map[string]bool{}
+	for _, t := range img.Targets {
+		obj, ok := objs[t.Workload()]
+		if !ok || len(obj.PullSecrets) == 0 {
+			continue
+		}
+		if secrets[t.Namespace] == nil {
+			secrets[t.Namespace] = map[string]bool{}
+		}
+		for _, s := range obj.PullSecrets {
+			secrets[t.Namespace][s] = true
+		}
+	}
+	var extra []authn.Keychain
+	namespaces := make([]string, 0, len(secrets))
+	for ns := range secrets {
+		namespaces = append(namespaces, ns)
+	}
+	sort.Strings(namespaces)
+	for _, ns := range namespaces {
+		names := make([]string, 0, len(secrets[ns]))
+		for s := range secrets[ns] {
+			names = append(names, s)
+		}
+		sort.Strings(names)
+		kc, err := registry.PullSecretKeychain(ctx, r.Kube, ns, names)
+		if err != nil {
+			r.Log.Warn("cannot read imagePullSecrets; resolving without them",
+				"image", img.Name, "namespace", ns, "secrets", strings.Join(names, ","), "error", err)
+			continue
+		}
+		extra = append(extra, kc)
+	}
+	return registry.Keychain(extra...)
+}

@@ -1,0 +1,421 @@
+package refresh
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/state"
+)
+
+// decision carries one Decide call's working state.
+type decision struct {
+	s       Settings
+	obs     Observation
+	keys    state.Keys
+	p       *Plan
+	ann     map[string]string
+	pending Write // digest records and ever-pinned markers, after a settled rollout
+	changes map[config.Workload][]ImageChange
+	order   []config.Workload
+}
+
+// Decide applies the rules of SPEC.md to one group's observation.
+func Decide(s Settings, obs Observation) *Plan {
+	d := &decision{
+		s: s, obs: obs, keys: state.Keys{Prefix: s.Prefix}, ann: obs.Anchor,
+		p:       &Plan{Group: obs.Group.Name, Anchor: obs.Group.Anchor},
+		changes: map[config.Workload][]ImageChange{},
+	}
+	if obs.AnchorErr != nil {
+		d.anchorUnreadable()
+		return d.p
+	}
+	locked := d.readAttempt()
+	d.readSkipStreak()
+	blocked, notSettled := d.readWorkloads()
+	for _, img := range obs.Group.Images {
+		d.image(img)
+	}
+	d.gate(locked, blocked, notSettled)
+	return d.p
+}
+
+func (d *decision) value(key string) (string, bool) {
+	v, ok := d.ann[key]
+	return v, ok
+}
+
+func (d *decision) find(f Finding) { d.p.Findings = append(d.p.Findings, f) }
+
+// rearm is the remediation every lockout names (R18).
+func (d *decision) rearm() string { return d.s.RearmCommand(d.p.Group) }
+
+func (d *decision) anchorUnreadable() {
+	g := d.obs.Group
+	msg := fmt.Sprintf("read anchor %s of group %s: %v", g.Anchor, g.Name, d.obs.AnchorErr)
+	d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, Message: msg, NeedsHuman: true,
+		Remediation: "make sure the anchor workload exists and image-refresh may get and patch it (RBAC)"})
+	for _, img := range g.Images {
+		for _, t := range img.Targets {
+			d.row(img, t, StateError, msg, "")
+		}
+	}
+}
+
+// readAttempt reads refresh-attempt fail-closed (R10): an invalid value
+// counts as locked out, never as 0.
+func (d *decision) readAttempt() (locked bool) {
+	v, ok := d.value(d.keys.Attempt())
+	n, err := state.ParseCounter(v, ok)
+	if err != nil {
+		d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, NeedsHuman: true,
+			Message:     fmt.Sprintf("annotation %s on %s: %v; treated as locked out (fail-safe)", d.keys.Attempt(), d.p.Anchor, err),
+			Remediation: "run: " + d.rearm()})
+		n = d.s.MaxAttempts
+	}
+	d.p.Attempts = n
+	return n >= d.s.MaxAttempts
+}
+
+func (d *decision) readSkipStreak() {
+	v, ok := d.value(d.keys.SkipStreak())
+	n, err := state.ParseCounter(v, ok)
+	if err != nil {
+		d.find(Finding{Severity: SeverityWarn, Message: fmt.Sprintf("annotation %s on %s: %v; treated as at its ceiling (fail-safe)", d.keys.SkipStreak(), d.p.Anchor, err)})
+		n = d.s.MaxSkipTicks
+	}
+	d.p.SkipStreak = n
+}
+
+// readWorkloads applies the read half of R4: an unreadable workload is never
+// a benign skip.
+func (d *decision) readWorkloads() (blocked bool, notSettled []string) {
+	for _, w := range d.obs.Group.Workloads() {
+		st, ok := d.obs.Workloads[w]
+		switch {
+		case !ok:
+			blocked = true
+			d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, NeedsHuman: true,
+				Message: fmt.Sprintf("%s was not read", w)})
+		case st.Err != nil:
+			blocked = true
+			d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, NeedsHuman: true,
+				Message:     fmt.Sprintf("read %s: %v", w, st.Err),
+				Remediation: "the workload must exist and image-refresh must be allowed to get it: fix the config or the RBAC"})
+		case !st.Settled:
+			notSettled = append(notSettled, fmt.Sprintf("%s: %s", w, st.Reason))
+		}
+	}
+	return blocked, notSettled
+}
+
+// counter increments a per-image failure streak and reports whether it
+// reached its ceiling; an invalid stored value counts as at the ceiling.
+func (d *decision) counter(key string) (n int, atCeiling bool) {
+	v, ok := d.value(key)
+	old, err := state.ParseCounter(v, ok)
+	if err != nil {
+		old = d.s.MaxReadFailures
+	}
+	n = old + 1
+	d.p.Bookkeeping.set(key, ptr(strconv.Itoa(n)), d.ann)
+	return n, n >= d.s.MaxReadFailures
+}
+
+func (d *decision) clear(w *Write, key string) {
+	if _, ok := d.value(key); ok {
+		w.set(key, nil, d.ann)
+	}
+}
+
+func (d *decision) image(img config.Image) {
+	// R1: resolve.
+	res := d.obs.Latest[img.Name]
+	latest := res.Digest
+	err := res.Err
+	if err == nil {
+		if latest, err = imageref.ParseDigest(res.Digest); err != nil {
+			err = fmt.Errorf("registry answer is not a digest: %w", err)
+		}
+	}
+	if err != nil {
+		n, ceiling := d.counter(d.keys.ResolveFailures(img.Name))
+		msg := fmt.Sprintf("resolve %s:%s: %v; image skipped this tick (failure %d of %d)", img.Repository, img.Tag, err, n, d.s.MaxReadFailures)
+		f := Finding{Severity: SeverityWarn, Image: img.Name, Message: msg}
+		if ceiling {
+			f = Finding{Severity: SeverityError, Reason: ReasonRefreshError, Image: img.Name, NeedsHuman: true, Message: msg,
+				Remediation: "check the registry, the repository and tag, and the pull credentials"}
+		}
+		d.find(f)
+		for _, t := range img.Targets {
+			d.row(img, t, StateError, msg, f.Remediation)
+		}
+		return
+	}
+	d.clear(&d.p.Bookkeeping, d.keys.ResolveFailures(img.Name))
+
+	// R2: an operator pin is not refreshed, only checked.
+	staleKey := d.keys.StalePin(img.Name)
+	if img.PinnedDigest != "" {
+		d.operatorPin(img, latest, staleKey)
+		return
+	}
+	d.clear(&d.p.Bookkeeping, staleKey)
+
+	// R5: first observation records latest and touches nothing.
+	recKey := d.keys.Record(img.Name)
+	recorded, hasRecord := d.value(recKey)
+	if _, err := imageref.ParseDigest(recorded); hasRecord && err != nil {
+		d.find(Finding{Severity: SeverityWarn, Image: img.Name,
+			Message: fmt.Sprintf("annotation %s holds %q, not a digest; treated as absent", recKey, recorded)})
+		hasRecord = false
+	}
+	if !hasRecord {
+		d.p.Bookkeeping.set(recKey, ptr(latest), d.ann)
+		msg := "first observation: recorded the registry's digest; targets not touched"
+		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf("%s %s:%s → %s", msg, img.Repository, img.Tag, latest)})
+		for _, t := range img.Targets {
+			d.row(img, t, StateFirstObserved, msg, "")
+		}
+		return
+	}
+
+	// R7/R19: every target must be readable, else the image is skipped.
+	if !d.readTargets(img) {
+		return
+	}
+
+	// R6, R7, R8: per target.
+	digestChanged := recorded != latest
+	_, everPinned := d.value(d.keys.EverPinned(img.Name))
+	changed := false
+	for _, t := range img.Targets {
+		c := d.obs.Workloads[t.Workload()].Containers[t.Container]
+		if imageref.DigestOf(c.Image) == latest {
+			d.row(img, t, StatePinned, "on the pinned digest", "")
+			continue
+		}
+		cause := CauseDigestChange
+		switch {
+		case digestChanged:
+		case everPinned:
+			cause = CauseRevert
+		case d.s.FirstInstall == config.FirstInstallOnlyAfterEverPinned:
+			d.row(img, t, StateFirstObserved, "on the tag; firstInstall only-after-ever-pinned: pinned at the next digest change", "")
+			continue
+		default:
+			cause = CauseFirstInstall
+		}
+		if repo, need := NeedsMirrorProof(img, c.Image); need && !d.obs.MirrorProof[t].Has {
+			why := "not known to hold it"
+			if perr := d.obs.MirrorProof[t].Err; perr != nil {
+				why = "could not tell: " + perr.Error()
+			}
+			msg := fmt.Sprintf("%s is served by %s; not pinning %s there (%s)", t, repo, latest, why)
+			d.find(Finding{Severity: SeverityNote, Image: img.Name, Target: &t, Message: msg})
+			d.row(img, t, StateInert, msg, "mirror the digest to that registry, or point the target at "+img.Repository)
+			continue
+		}
+		live, _ := imageref.Parse(c.Image)
+		to := imageref.Pin(live.Repository, img.Tag, latest, d.s.PinFormat)
+		d.addChange(t.Workload(), ImageChange{Image: img.Name, Container: t.Container, From: c.Image, To: to, Cause: cause, Writer: c.Manager})
+		changed = true
+		msg := fmt.Sprintf("not on the pinned digest: fresh install, or a re-render reverted the pin (image last written by %s)", orUnknown(c.Manager))
+		if digestChanged {
+			msg = fmt.Sprintf("the registry moved %s:%s from %s to %s", img.Repository, img.Tag, recorded, latest)
+		}
+		d.row(img, t, StateDrifted, msg, "")
+	}
+	switch {
+	case digestChanged:
+		// R6: the record moves only after every rollout settled.
+		d.pending.set(recKey, ptr(latest), d.ann)
+		if changed && !everPinned {
+			d.pending.set(d.keys.EverPinned(img.Name), ptr("true"), d.ann)
+		}
+	case changed && !everPinned:
+		d.pending.set(d.keys.EverPinned(img.Name), ptr("true"), d.ann)
+	case !changed && !everPinned && d.allOn(img, latest):
+		// Every target already runs the recorded digest: it has been pinned.
+		d.p.Bookkeeping.set(d.keys.EverPinned(img.Name), ptr("true"), d.ann)
+	}
+}
+
+func (d *decision) allOn(img config.Image, digest string) bool {
+	for _, t := range img.Targets {
+		if imageref.DigestOf(d.obs.Workloads[t.Workload()].Containers[t.Container].Image) != digest {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decision) operatorPin(img config.Image, latest, staleKey string) {
+	if img.PinnedDigest == latest {
+		d.clear(&d.p.Bookkeeping, staleKey)
+		for _, t := range img.Targets {
+			d.row(img, t, StatePinned, "operator pin "+img.PinnedDigest+" (not refreshed)", "")
+		}
+		return
+	}
+	if v, ok := d.value(staleKey); !ok || v != latest {
+		d.p.Bookkeeping.set(staleKey, ptr(latest), d.ann)
+	}
+	msg := fmt.Sprintf("the operator pin %s of %s:%s is not the registry's latest %s", img.PinnedDigest, img.Repository, img.Tag, latest)
+	rem := fmt.Sprintf("set pinnedDigest of image %s to %s, or remove it so that image-refresh follows the tag", img.Name, latest)
+	d.find(Finding{Severity: SeverityWarn, Reason: ReasonStalePin, Image: img.Name, Message: msg, Remediation: rem, NeedsHuman: true})
+	for _, t := range img.Targets {
+		d.row(img, t, StateStalePin, msg, rem)
+	}
+}
+
+// readTargets checks every target of img is readable (R7, fail-closed) and
+// exists (R19); otherwise it counts the read-failure streak and skips img.
+func (d *decision) readTargets(img config.Image) bool {
+	ok := true
+	for _, t := range img.Targets {
+		w := d.obs.Workloads[t.Workload()]
+		if w.Err != nil {
+			ok = false
+			d.row(img, t, StateError, fmt.Sprintf("read %s: %v", t.Workload(), w.Err), "")
+			continue
+		}
+		c, found := w.Containers[t.Container]
+		if !found {
+			ok = false
+			msg := fmt.Sprintf("configuration error: %s has no container %q (target %s)", t.Workload(), t.Container, t)
+			rem := "fix the container name of this target in the config"
+			d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, Image: img.Name, Target: &t, Message: msg, Remediation: rem, NeedsHuman: true})
+			d.row(img, t, StateError, msg, rem)
+			continue
+		}
+		if _, err := imageref.Parse(c.Image); err != nil {
+			ok = false
+			d.row(img, t, StateUnreadable, fmt.Sprintf("live image unreadable: %v", err), "")
+		}
+	}
+	key := d.keys.ReadFailures(img.Name)
+	if ok {
+		d.clear(&d.p.Bookkeeping, key)
+		return true
+	}
+	n, ceiling := d.counter(key)
+	msg := fmt.Sprintf("could not read the live image of every target of %s; image skipped this tick (failure %d of %d)", img.Name, n, d.s.MaxReadFailures)
+	f := Finding{Severity: SeverityWarn, Image: img.Name, Message: msg}
+	if ceiling {
+		f = Finding{Severity: SeverityError, Reason: ReasonRefreshError, Image: img.Name, Message: msg, NeedsHuman: true,
+			Remediation: "see the target rows in `image-refresh status`: fix the workload, container name or RBAC"}
+	}
+	d.find(f)
+	return false
+}
+
+func (d *decision) addChange(w config.Workload, c ImageChange) {
+	if _, ok := d.changes[w]; !ok {
+		d.order = append(d.order, w)
+	}
+	d.changes[w] = append(d.changes[w], c)
+}
+
+// gate applies the group-level rules: R4 settled guard, R10/R12 lockout,
+// R11 unfinished attempt, and builds the Repin.
+func (d *decision) gate(locked, blocked bool, notSettled []string) {
+	g := d.obs.Group
+	if blocked {
+		return
+	}
+	if locked {
+		d.p.LockedOut = true
+		attempt := strconv.Itoa(d.p.Attempts)
+		if v, ok := d.value(d.keys.Flap()); !ok || v != attempt {
+			d.p.Bookkeeping.set(d.keys.Flap(), &attempt, d.ann)
+		}
+		msg := fmt.Sprintf("refresh of group %s is LOCKED OUT: %d re-image attempts never confirmed settling (max %d); its images are not updated and this does not resume by itself",
+			g.Name, d.p.Attempts, d.s.MaxAttempts)
+		d.find(Finding{Severity: SeverityWarn, Reason: ReasonRefreshLockedOut, NeedsHuman: true, Message: msg,
+			Remediation: "find why the rollout does not settle (a NotReady node, a crashing pod), then run: " + d.rearm()})
+		for i := range d.p.Rows {
+			if r := &d.p.Rows[i]; r.State == StatePinned || r.State == StateDrifted {
+				r.State, r.Message, r.Remediation = StateLockedOut, msg, "run: "+d.rearm()
+			}
+		}
+		return
+	}
+	settled := len(notSettled) == 0
+	unfinished := d.p.Attempts > 0
+	if !settled && !unfinished {
+		// R4: not settled, and not because of our own rollout.
+		n := d.p.SkipStreak + 1
+		d.p.Bookkeeping.set(d.keys.SkipStreak(), ptr(strconv.Itoa(n)), d.ann)
+		msg := fmt.Sprintf("group %s is not settled (%s); no change this tick (skip %d of %d)", g.Name, strings.Join(notSettled, "; "), n, d.s.MaxSkipTicks)
+		f := Finding{Severity: SeverityNote, Message: msg}
+		if n >= d.s.MaxSkipTicks {
+			f = Finding{Severity: SeverityError, Reason: ReasonRefreshFrozen, NeedsHuman: true, Message: msg,
+				Remediation: "find why the rollout does not finish (kubectl rollout status), or raise maxSkipTicks"}
+		}
+		d.find(f)
+		for i := range d.p.Rows {
+			if r := &d.p.Rows[i]; r.State == StateDrifted || r.State == StatePinned {
+				r.State, r.Message = StateNotSettled, msg
+			}
+		}
+		return
+	}
+	if settled && d.p.SkipStreak > 0 {
+		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
+	}
+	if len(d.order) == 0 && !unfinished {
+		// Nothing to roll: a record whose targets already run it lands now.
+		for k, v := range d.pending.Set {
+			d.p.Bookkeeping.set(k, v, d.ann)
+		}
+		return
+	}
+	rp := &Repin{Wait: g.Workloads(), Unfinished: len(d.order) == 0}
+	next := strconv.Itoa(d.p.Attempts + 1)
+	if len(d.order) > 0 || !settled {
+		// R10: the attempt is persisted before anything is re-imaged.
+		rp.AttemptWrite.set(d.keys.Attempt(), &next, d.ann)
+	} else {
+		next = strconv.Itoa(d.p.Attempts) // already settled: just confirm it
+	}
+	rp.ClearWrite = Write{Expect: map[string]*string{d.keys.Attempt(): &next}, Set: map[string]*string{d.keys.Attempt(): nil}}
+	if v, ok := d.value(d.keys.Flap()); ok {
+		rp.ClearWrite.Expect[d.keys.Flap()], rp.ClearWrite.Set[d.keys.Flap()] = &v, nil
+	}
+	rp.RecordWrite = d.pending
+	rp.Attempt, _ = strconv.Atoi(next)
+	for _, w := range d.order {
+		rp.Changes = append(rp.Changes, WorkloadChange{Workload: w, Images: d.changes[w]})
+	}
+	if rp.Unfinished {
+		d.find(Finding{Severity: SeverityWarn, Message: fmt.Sprintf(
+			"an earlier re-image of group %s (attempt %d of %d) never confirmed settling; waiting for the rollout again", g.Name, d.p.Attempts, d.s.MaxAttempts)})
+	}
+	d.p.Repin = rp
+}
+
+func (d *decision) row(img config.Image, t config.Target, st State, msg, rem string) {
+	recorded := d.ann[d.keys.Record(img.Name)]
+	live := ""
+	if w, ok := d.obs.Workloads[t.Workload()]; ok {
+		live = w.Containers[t.Container].Image
+	}
+	d.p.Rows = append(d.p.Rows, Row{
+		Group: d.p.Group, Image: img.Name, Repository: img.Repository, Tag: img.Tag, Target: t.String(),
+		Latest: d.obs.Latest[img.Name].Digest, Recorded: recorded, Live: live, State: st,
+		Attempts: d.p.Attempts, SkipStreak: d.p.SkipStreak, Message: msg, Remediation: rem, target: t,
+	})
+}
+
+func ptr(s string) *string { return &s }
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown writer"
+	}
+	return s
+}

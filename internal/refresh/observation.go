@@ -1,0 +1,103 @@
+// Package refresh is the decision engine: from what a tick observed (anchor
+// annotations, workloads, registry answers) it decides what to write, what
+// to wait for and what to tell the operator, as a Plan. It talks to nothing:
+// every front end (tick, status, dry-run, the controller) reads the cluster,
+// calls Decide, and carries the plan out, so each SPEC rule lives here once.
+package refresh
+
+import (
+	"fmt"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
+)
+
+// Settings are the config values the rules need.
+type Settings struct {
+	Prefix          string
+	MaxAttempts     int
+	MaxSkipTicks    int
+	MaxReadFailures int
+	FirstInstall    config.FirstInstall
+	PinFormat       imageref.PinFormat
+	// RearmCommand renders the command that re-arms a group (R18); every
+	// lockout message names it.
+	RearmCommand func(group string) string
+}
+
+// SettingsFrom takes the settings from a validated config; configPath is
+// the file the rearm command should name.
+func SettingsFrom(cfg *config.Config, configPath string) Settings {
+	return Settings{
+		Prefix:          cfg.AnnotationPrefix,
+		MaxAttempts:     cfg.MaxRefreshAttempts,
+		MaxSkipTicks:    cfg.MaxSkipTicks,
+		MaxReadFailures: cfg.MaxReadFailures,
+		FirstInstall:    cfg.FirstInstall,
+		PinFormat:       cfg.PinFormat,
+		RearmCommand: func(group string) string {
+			return fmt.Sprintf("image-refresh rearm --config %s --group %s", configPath, group)
+		},
+	}
+}
+
+// Observation is everything one tick of one group read.
+type Observation struct {
+	Group config.Group
+	// Anchor holds the anchor's annotations; AnchorErr is set when the anchor
+	// could not be read (then nothing can be recorded at all).
+	Anchor    map[string]string
+	AnchorErr error
+	// Workloads has one entry per config.Group.Workloads().
+	Workloads map[config.Workload]Workload
+	// Latest has one entry per image name: the registry's answer (R1).
+	Latest map[string]Resolution
+	// MirrorProof answers R3 for targets whose live repository is served by
+	// another registry than the configured one (see NeedsMirrorProof).
+	MirrorProof map[config.Target]Proof
+}
+
+// Workload is one workload as read.
+type Workload struct {
+	// Err is the API error of the read (NotFound, Forbidden, timeout…).
+	Err        error
+	Settled    bool
+	Reason     string // why not settled
+	Containers map[string]Container
+}
+
+// Container is one container's live image and who last wrote it.
+type Container struct {
+	Image   string
+	Manager string // field manager of .image, from managedFields
+}
+
+// Resolution is the registry's answer for repository:tag.
+type Resolution struct {
+	Digest string
+	Err    error
+}
+
+// Proof is the answer to "does this other registry hold the digest?" (R3).
+type Proof struct {
+	Has bool
+	Err error
+}
+
+// NeedsMirrorProof reports whether pinning live (the target's current
+// image) to a digest of img needs R3's proof, and the repository to ask:
+// the live reference is served by another repository than the configured
+// one (a private mirror). A live image that does not parse needs none: it
+// is unreadable.
+func NeedsMirrorProof(img config.Image, live string) (repo string, needed bool) {
+	ref, err := imageref.Parse(live)
+	if err != nil {
+		return "", false
+	}
+	want, err1 := imageref.CanonicalRepository(img.Repository)
+	got, err2 := imageref.CanonicalRepository(ref.Repository)
+	if err1 != nil || err2 != nil || want == got {
+		return "", false
+	}
+	return ref.Repository, true
+}

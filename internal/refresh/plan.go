@@ -1,0 +1,181 @@
+package refresh
+
+import (
+	"github.com/image-refresh/image-refresh/internal/config"
+)
+
+// Plan is what one tick of one group does, in order:
+//  1. Bookkeeping (always, R13): first-observation records, stale-pin
+//     findings, streak counters, the lockout marker.
+//  2. ClearSkip (own write; a failure is a WARN, R4).
+//  3. Repin, when set: persist the attempt, re-image, wait, then clear the
+//     attempt and record digests in their own writes (R10, R6).
+//
+// Findings are told to the operator (log, event, metric, status); Rows are
+// the `status` view. Status and --dry-run show exactly this plan.
+type Plan struct {
+	Group       string
+	Anchor      config.Workload
+	Rows        []Row
+	Findings    []Finding
+	Bookkeeping Write
+	ClearSkip   Write
+	Repin       *Repin
+	LockedOut   bool
+	Attempts    int
+	SkipStreak  int
+}
+
+// NeedsHuman reports whether any finding is not benign: one-shot mode then
+// exits 1 (R15).
+func (p *Plan) NeedsHuman() bool {
+	for _, f := range p.Findings {
+		if f.NeedsHuman {
+			return true
+		}
+	}
+	return false
+}
+
+// Write is a compare-and-swap on anchor annotations: Expect holds the values
+// the decision was based on (nil = absent), Set the new values (nil =
+// delete). The executor writes nothing when Expect no longer holds, so two
+// instances cannot both act on one read.
+type Write struct {
+	Expect map[string]*string
+	Set    map[string]*string
+}
+
+// Empty reports whether the write changes nothing.
+func (w Write) Empty() bool { return len(w.Set) == 0 }
+
+func (w *Write) set(key string, value *string, read map[string]string) {
+	if w.Set == nil {
+		w.Set, w.Expect = map[string]*string{}, map[string]*string{}
+	}
+	w.Set[key] = value
+	if v, ok := read[key]; ok {
+		w.Expect[key] = &v
+	} else {
+		w.Expect[key] = nil
+	}
+}
+
+// Repin re-images targets under the attempt counter (R10).
+type Repin struct {
+	// AttemptWrite persists attempt+1 before any re-image.
+	AttemptWrite Write
+	// Changes has one entry per workload: all its containers in one write (R9).
+	Changes []WorkloadChange
+	// Wait lists the workloads whose rollout must settle.
+	Wait []config.Workload
+	// ClearWrite clears the attempt and flap marker once all settled.
+	ClearWrite Write
+	// RecordWrite records digests (R6) and ever-pinned markers (R5) after
+	// ClearWrite, only when every rollout settled.
+	RecordWrite Write
+	// Unfinished is set when this repin only re-waits for an earlier,
+	// unconfirmed rollout (R11).
+	Unfinished bool
+	// Attempt is the attempt number this repin runs under.
+	Attempt int
+}
+
+// WorkloadChange is the one write to one workload.
+type WorkloadChange struct {
+	Workload config.Workload
+	Images   []ImageChange
+}
+
+// ImageChange moves one container to a pinned reference.
+type ImageChange struct {
+	Image     string // config image name
+	Container string
+	From, To  string
+	Cause     Cause
+	// Writer is the field manager that last wrote the live image: for a
+	// revert, who reverted (e.g. "helm").
+	Writer string
+}
+
+// WrittenBy names who last wrote the replaced reference, for messages.
+func (c ImageChange) WrittenBy() string { return orUnknown(c.Writer) }
+
+// Cause says why a target is re-pinned (metric label, event text).
+type Cause string
+
+const (
+	CauseRevert       Cause = "revert"
+	CauseDigestChange Cause = "digest-change"
+	CauseFirstInstall Cause = "first-install"
+)
+
+// Severity of a finding, as logged.
+type Severity string
+
+const (
+	SeverityInfo  Severity = "INFO"
+	SeverityNote  Severity = "NOTE"
+	SeverityWarn  Severity = "WARN"
+	SeverityError Severity = "ERROR"
+)
+
+// Event reasons (Kubernetes Events on the anchor).
+const (
+	ReasonRepinned         = "Repinned"
+	ReasonDigestChanged    = "DigestChanged"
+	ReasonRefreshLockedOut = "RefreshLockedOut"
+	ReasonRefreshFrozen    = "RefreshFrozen"
+	ReasonStalePin         = "StalePin"
+	ReasonRefreshError     = "RefreshError"
+)
+
+// Finding is one thing the operator is told. Non-benign findings
+// (NeedsHuman) get a log line with the remediation, an Event on the anchor,
+// a metric and a status row, and make one-shot mode exit 1 (R15).
+type Finding struct {
+	Severity    Severity
+	Reason      string // event reason; "" for log-only findings
+	Image       string
+	Target      *config.Target
+	Message     string
+	Remediation string
+	NeedsHuman  bool
+}
+
+// State of one target in `status`.
+type State string
+
+const (
+	StatePinned        State = "pinned"
+	StateDrifted       State = "drifted"
+	StateFirstObserved State = "first-observed"
+	StateLockedOut     State = "locked-out"
+	StateNotSettled    State = "not-settled"
+	StateStalePin      State = "stale-pin"
+	StateInert         State = "inert"
+	StateUnreadable    State = "unreadable"
+	StateError         State = "error"
+)
+
+// Row is one (group, image, target) line of `status`.
+type Row struct {
+	Group       string `json:"group"`
+	Image       string `json:"image"`
+	Repository  string `json:"repository"`
+	Tag         string `json:"tag"`
+	Target      string `json:"target"`
+	Latest      string `json:"latest"`
+	Recorded    string `json:"recorded"`
+	Live        string `json:"live"`
+	State       State  `json:"state"`
+	Attempts    int    `json:"attempts"`
+	SkipStreak  int    `json:"skipStreak"`
+	Message     string `json:"message"`
+	Remediation string `json:"remediation,omitempty"`
+
+	target config.Target
+}
+
+// TargetRef returns the row's target.
+func (r Row) TargetRef() config.Target { return r.target }

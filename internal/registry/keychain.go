@@ -1,0 +1,38 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	k8schain "github.com/google/go-containerregistry/pkg/authn/kubernetes"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Keychain returns the keychains to try in order: extra (e.g. the target's
+// pull secrets), then the docker config file (DOCKER_CONFIG or
+// ~/.docker/config.json), then anonymous. The credentials stay inside the
+// keychain and the transport; nothing here logs them (R20).
+func Keychain(extra ...authn.Keychain) authn.Keychain {
+	chains := append(append([]authn.Keychain{}, extra...), authn.DefaultKeychain)
+	return authn.NewMultiKeychain(chains...)
+}
+
+// PullSecretKeychain reads the named image pull secrets (kubernetes.io/
+// dockerconfigjson or dockercfg) from namespace, so that image-refresh
+// resolves with the credentials the kubelet would pull with. It does not read
+// the service account: a workload's pod template lists only its own pull
+// secrets, so a caller that relies on the service account's must pass those
+// names too. A secret that does not exist is skipped, as the kubelet does; the
+// resolve that then lacks credentials fails as unauthorized.
+func PullSecretKeychain(ctx context.Context, client kubernetes.Interface, namespace string, pullSecrets []string) (authn.Keychain, error) {
+	kc, err := k8schain.New(ctx, client, k8schain.Options{
+		Namespace:          namespace,
+		ServiceAccountName: k8schain.NoServiceAccount,
+		ImagePullSecrets:   pullSecrets,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read image pull secrets %v in namespace %s: %w", pullSecrets, namespace, err)
+	}
+	return kc, nil
+}

@@ -1,0 +1,45 @@
+package registry
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/image-refresh/image-refresh/internal/testregistry"
+)
+
+// The fake clientset stands in for the API server only to serve one Secret
+// read; the registry side is real.
+func TestPullSecretKeychain_R20_ResolvesWithPullSecret(t *testing.T) {
+	s := testregistry.Start(t, testregistry.WithBasicAuth("robot", "s3cret"))
+	want := s.MustPushRandomImage(t, "acme/api", "prod")
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "regcred"},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(
+			`{"auths":{"` + s.Host() + `":{"username":"robot","password":"s3cret"}}}`)},
+	}
+	client := fake.NewClientset(secret)
+	r := newResolver(t, Options{})
+	repo := s.Host() + "/acme/api"
+
+	kc, err := PullSecretKeychain(context.Background(), client, "shop", []string{"regcred"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Latest(context.Background(), repo, "prod", Keychain(kc)); err != nil || got != want {
+		t.Fatalf("with the pull secret: Latest = %q, %v; want %q", got, err, want)
+	}
+
+	// A missing secret is skipped, as the kubelet does; the resolve then
+	// fails loudly as unauthorized.
+	kc, err = PullSecretKeychain(context.Background(), client, "shop", []string{"absent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Latest(context.Background(), repo, "prod", kc)
+	wantKind(t, err, KindUnauthorized)
+}

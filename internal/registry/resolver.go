@@ -1,0 +1,224 @@
+// Package registry resolves image tags to the digests a registry serves
+// (SPEC R1) and proves that a registry holds a digest (R3), with
+// go-containerregistry doing the protocol and auth. Every call is bounded
+// (R14), classified (Error, Kind) and free of credentials (R20).
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/image-refresh/image-refresh/internal/imageref"
+)
+
+// DefaultTimeout bounds one registry call when Options.Timeout is zero (R14).
+const DefaultTimeout = 15 * time.Second
+
+// HostConfig is the connection setting of one registry host.
+type HostConfig struct {
+	Host string // "registry.example.com" or "10.0.0.5:5000"; "docker.io" means Docker Hub
+	// Insecure allows plain HTTP and accepts any TLS certificate.
+	Insecure bool
+	// CAFile is a PEM file of roots trusted in addition to the system's.
+	CAFile string
+}
+
+// Options configures a Resolver.
+type Options struct {
+	Hosts     []HostConfig
+	Timeout   time.Duration // per call, including auth (R14); 0 means DefaultTimeout
+	UserAgent string
+	// OnRequest, if set, is called once per manifest HEAD sent, with the HTTP
+	// status (0 when no answer came), so a caller can count
+	// image_refresh_registry_requests_total{registry,code}. It must be safe
+	// for concurrent use.
+	OnRequest func(host string, status int)
+}
+
+// Resolver asks registries for digests. It is safe for concurrent use.
+type Resolver struct {
+	timeout   time.Duration
+	userAgent string
+	hosts     map[string]hostRoute // by registry name as go-containerregistry spells it
+	fallback  hostRoute
+}
+
+type hostRoute struct {
+	insecure  bool
+	transport http.RoundTripper
+}
+
+// NewResolver builds one transport per configured host and one for all other
+// hosts; errors name the host and the file at fault.
+func NewResolver(opts Options) (*Resolver, error) {
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("registry timeout %s: must not be negative", opts.Timeout)
+	}
+	r := &Resolver{
+		timeout:   opts.Timeout,
+		userAgent: opts.UserAgent,
+		hosts:     map[string]hostRoute{},
+	}
+	if r.timeout == 0 {
+		r.timeout = DefaultTimeout
+	}
+	fallback, err := newHostTransport(HostConfig{})
+	if err != nil {
+		return nil, err
+	}
+	r.fallback = hostRoute{transport: &observer{inner: fallback, onRequest: opts.OnRequest}}
+	for i, hc := range opts.Hosts {
+		reg, err := name.NewRegistry(hc.Host)
+		if err != nil || hc.Host == "" {
+			return nil, fmt.Errorf("registry hosts[%d]: invalid host %q", i, hc.Host)
+		}
+		key := reg.RegistryStr()
+		if _, dup := r.hosts[key]; dup {
+			return nil, fmt.Errorf("registry hosts[%d]: host %q is configured twice", i, hc.Host)
+		}
+		t, err := newHostTransport(hc)
+		if err != nil {
+			return nil, fmt.Errorf("registry hosts[%d]: %w", i, err)
+		}
+		r.hosts[key] = hostRoute{insecure: hc.Insecure, transport: &observer{inner: t, onRequest: opts.OnRequest}}
+	}
+	return r, nil
+}
+
+// Latest returns the digest the registry serves for repository:tag now, from
+// one manifest HEAD that accepts Docker v2 manifests and manifest lists and OCI
+// manifests and indexes; for a multi-arch tag that is the index digest (R1).
+// A Docker-Content-Digest that does not parse is an invalid-digest error,
+// never a digest. A well-formed digest of another algorithm (sha512:<128 hex>)
+// is accepted: R1 asks for algorithm:hex, and the pin stays verifiable.
+// A nil keychain means anonymous. Errors are *Error.
+func (r *Resolver) Latest(ctx context.Context, repository, tag string, kc authn.Keychain) (string, error) {
+	s := repository + ":" + tag
+	route := r.route(repository)
+	ref, err := name.NewTag(s, route.nameOptions()...)
+	if err != nil {
+		return "", &Error{Ref: s, Kind: KindOther, Err: err}
+	}
+	return r.head(ctx, ref, route, kc)
+}
+
+// Has reports whether repository holds digest, from a HEAD of
+// repository@digest: the proof R3 asks before a digest is pinned onto a
+// reference another registry (a mirror) serves. It returns (false, nil) only on
+// a definite 404, and (false, err) when it could not tell.
+func (r *Resolver) Has(ctx context.Context, repository, digest string, kc authn.Keychain) (bool, error) {
+	s := repository + "@" + digest
+	if _, err := imageref.ParseDigest(digest); err != nil {
+		return false, &Error{Ref: s, Kind: KindInvalidDigest, Err: err}
+	}
+	route := r.route(repository)
+	ref, err := name.NewDigest(s, route.nameOptions()...)
+	if err != nil {
+		return false, &Error{Ref: s, Kind: KindOther, Err: err}
+	}
+	if _, err := r.head(ctx, ref, route, kc); err != nil {
+		if e := Classify(err); e.Kind == KindNotFound {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+func (r *Resolver) route(repository string) hostRoute {
+	repo, err := name.NewRepository(repository)
+	if err != nil {
+		return r.fallback // the reference parse that follows reports it
+	}
+	if route, ok := r.hosts[repo.RegistryStr()]; ok {
+		return route
+	}
+	return r.fallback
+}
+
+func (h hostRoute) nameOptions() []name.Option {
+	if h.insecure {
+		return []name.Option{name.Insecure}
+	}
+	return nil
+}
+
+// head sends one manifest HEAD within the timeout. go-containerregistry's
+// retries are off: a failure is reported at once so the caller counts it (R1
+// failure streak) and decides when to retry (C2).
+func (r *Resolver) head(ctx context.Context, ref name.Reference, route hostRoute, kc authn.Keychain) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	state := &callState{}
+	ctx = context.WithValue(ctx, callKey{}, state)
+
+	opts := []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithTransport(route.transport),
+		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
+		remote.WithRetryStatusCodes(),
+		remote.WithRetryPredicate(func(error) bool { return false }),
+	}
+	if kc != nil {
+		opts = append(opts, remote.WithAuthFromKeychain(kc))
+	}
+	if r.userAgent != "" {
+		opts = append(opts, remote.WithUserAgent(r.userAgent))
+	}
+	desc, err := remote.Head(ref, opts...)
+	answer := state.answer()
+	if err != nil {
+		return "", r.failure(ctx, ref, answer, err)
+	}
+	d, err := imageref.ParseDigest(desc.Digest.String())
+	if err != nil {
+		return "", &Error{Ref: ref.String(), Kind: KindInvalidDigest, Status: answer.status, Err: err}
+	}
+	return d, nil
+}
+
+// failure classifies a failed HEAD, adding what only the raw answer shows.
+func (r *Resolver) failure(ctx context.Context, ref name.Reference, answer headAnswer, err error) *Error {
+	e := &Error{Ref: ref.String(), Kind: kindOf(err), Err: err}
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		e.Kind = KindTimeout
+	case answer.answered && answer.status == http.StatusOK:
+		// ggcr refused a 200: say what was wrong with the digest (R1).
+		e.Status = answer.status
+		if kind, derr := digestProblem(ref, answer.digest); derr != nil {
+			e.Kind, e.Err = kind, derr
+		}
+	case answer.answered:
+		e.Status = answer.status
+		if answer.status == http.StatusTooManyRequests || answer.status == http.StatusServiceUnavailable {
+			e.RetryAfter = parseRetryAfter(answer.retryAfter, time.Now())
+		}
+	case e.Kind != KindTLS && e.Kind != KindNetwork:
+		e.Status = Classify(err).Status // a failing ping or token request
+	}
+	return e
+}
+
+// digestProblem says why a 200 answer carries no usable digest: none, one
+// that does not parse, or (for a HEAD by digest) another one than asked for.
+// It returns a nil error when the digest header is fine.
+func digestProblem(ref name.Reference, header string) (ErrorKind, error) {
+	if header == "" {
+		return KindInvalidDigest, errors.New("the answer has no Docker-Content-Digest header")
+	}
+	if _, err := imageref.ParseDigest(header); err != nil {
+		return KindInvalidDigest, fmt.Errorf("Docker-Content-Digest: %w", err)
+	}
+	if d, ok := ref.(name.Digest); ok && d.DigestStr() != header {
+		return KindInvalidDigest, fmt.Errorf("asked for %s, the registry answered %s", d.DigestStr(), header)
+	}
+	return "", nil
+}

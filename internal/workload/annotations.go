@@ -1,0 +1,104 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// conflictRetries bounds the re-read-and-retry loop on 409 Conflict.
+const conflictRetries = 5
+
+// UpdateAnnotations is a compare-and-swap on the state annotations
+// image-refresh keeps on a group's anchor (attempt counter, lockout marker,
+// digest records: R10, R13).
+//
+// expect holds the values the caller read (nil: the key must be absent); if
+// any differs, nothing is written and the error satisfies
+// errors.Is(err, ErrChanged). set holds the new values (nil: delete the
+// key); an empty set, or one that changes nothing, writes nothing.
+//
+// The write is a JSON merge patch carrying metadata.resourceVersion, so of
+// two instances writing from the same read only one succeeds (C3). On 409
+// Conflict it re-reads, checks expect again and retries, at most 5 times:
+// a conflict caused by an unrelated write (a status update, another key) is
+// not a lost race. It touches only metadata.annotations (R16) and writes
+// with FieldManager (R17). It returns the object as written.
+func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map[string]*string) (*Object, error) {
+	if err := ref.validate(); err != nil {
+		return nil, err
+	}
+	obj, err := c.read(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
+	}
+	return c.updateAnnotationsFrom(ctx, obj, expect, set)
+}
+
+// updateAnnotationsFrom runs the compare-and-swap starting from a snapshot.
+func (c *Client) updateAnnotationsFrom(ctx context.Context, obj *Object, expect, set map[string]*string) (*Object, error) {
+	ref := obj.Ref
+	for retry := 0; ; retry++ {
+		if err := checkExpected(obj.Annotations, expect); err != nil {
+			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
+		}
+		if !changes(obj.Annotations, set) {
+			return obj, nil
+		}
+		data, err := annotationPatch(obj.ResourceVersion, set)
+		if err != nil {
+			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
+		}
+		out, err := c.patch(ctx, ref, types.MergePatchType, data)
+		switch {
+		case err == nil:
+			return out, nil
+		case !apierrors.IsConflict(err):
+			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
+		case retry == conflictRetries:
+			return nil, fmt.Errorf("update annotations of %s: still conflicting after %d retries: %w", ref, conflictRetries, err)
+		}
+		if obj, err = c.read(ctx, ref); err != nil {
+			return nil, fmt.Errorf("update annotations of %s: re-read after a conflict: %w", ref, err)
+		}
+	}
+}
+
+func checkExpected(have map[string]string, expect map[string]*string) error {
+	for key, want := range expect {
+		got, ok := have[key]
+		switch {
+		case want == nil && ok:
+			return fmt.Errorf("%w: annotation %s is %q, expected it absent", ErrChanged, key, got)
+		case want != nil && !ok:
+			return fmt.Errorf("%w: annotation %s is absent, expected %q", ErrChanged, key, *want)
+		case want != nil && got != *want:
+			return fmt.Errorf("%w: annotation %s is %q, expected %q", ErrChanged, key, got, *want)
+		}
+	}
+	return nil
+}
+
+// changes reports whether applying set to have would change anything.
+func changes(have map[string]string, set map[string]*string) bool {
+	for key, v := range set {
+		got, ok := have[key]
+		if (v == nil) == ok || (v != nil && got != *v) {
+			return true
+		}
+	}
+	return false
+}
+
+func annotationPatch(resourceVersion string, set map[string]*string) ([]byte, error) {
+	// A nil value marshals to null, which a merge patch reads as delete.
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": resourceVersion,
+			"annotations":     set,
+		},
+	})
+}

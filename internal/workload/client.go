@@ -1,0 +1,60 @@
+// Package workload reads and writes the Deployments, DaemonSets and
+// StatefulSets that image-refresh pins: it is the executor's hands. It reads
+// a workload into a snapshot (Object), changes image fields with an
+// optimistic JSON patch (R9, R16), keeps its state annotations with a
+// compare-and-swap, waits for rollouts (R4) and records Events (R15). Every
+// API call is bounded (R14) and every write carries one field manager (R17).
+package workload
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// FieldManager is the field manager of every write (R17). In
+// metadata.managedFields it owns the image fields image-refresh pinned, so
+// a Helm 4 server-side-apply upgrade that renders `repo:tag` again conflicts
+// with it; Helm resolves that with --force-conflicts, takes the field back,
+// and fix A (R7) re-pins it.
+const FieldManager = "image-refresh"
+
+// DefaultAPITimeout bounds each API call when New is given no timeout.
+const DefaultAPITimeout = 30 * time.Second
+
+var (
+	// ErrChanged means the workload is no longer what the caller read: a
+	// test operation of a patch failed, the API server answered 409, or an
+	// expected annotation differs. Re-read and decide again.
+	ErrChanged = errors.New("workload changed since it was read")
+
+	// ErrUnsupportedKind means a Ref names a kind other than Deployment,
+	// DaemonSet or StatefulSet: a configuration error (R19).
+	ErrUnsupportedKind = errors.New("unsupported workload kind")
+
+	// ErrContainerNotFound means a workload has no container of the given
+	// name: a configuration error (R19), not an unreadable target.
+	ErrContainerNotFound = errors.New("container not found")
+)
+
+// Client reads and writes workloads through client-go.
+type Client struct {
+	kube       kubernetes.Interface
+	apiTimeout time.Duration
+}
+
+// New returns a Client whose every API call is bounded by apiTimeout (R14);
+// a non-positive apiTimeout means DefaultAPITimeout.
+func New(kube kubernetes.Interface, apiTimeout time.Duration) *Client {
+	if apiTimeout <= 0 {
+		apiTimeout = DefaultAPITimeout
+	}
+	return &Client{kube: kube, apiTimeout: apiTimeout}
+}
+
+// bounded derives the context of one API call (R14).
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.apiTimeout)
+}

@@ -1,0 +1,72 @@
+package workload_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+func TestEvent_R15_RecordsOnTheWorkloadAndCountsRepeats(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api")
+	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
+	ctx := context.Background()
+	const reason, message = "RefreshLockedOut", "3 refresh attempts did not settle; run `image-refresh rearm` to re-arm"
+	list := func() []corev1.Event {
+		t.Helper()
+		evs, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			// The deployment controller records its own events on it too.
+			FieldSelector: "involvedObject.uid=" + string(obj.UID) + ",source=image-refresh",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs.Items
+	}
+
+	if err := wc.Event(ctx, obj, corev1.EventTypeWarning, reason, message); err != nil {
+		t.Fatal(err)
+	}
+	evs := list()
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1", len(evs))
+	}
+	ev := evs[0]
+	wantObj := corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "api", Namespace: ns, UID: obj.UID}
+	if ev.InvolvedObject != wantObj {
+		t.Errorf("involvedObject %+v, want %+v", ev.InvolvedObject, wantObj)
+	}
+	if ev.Type != corev1.EventTypeWarning || ev.Reason != reason || ev.Message != message || ev.Count != 1 {
+		t.Errorf("event %s %s %q count %d", ev.Type, ev.Reason, ev.Message, ev.Count)
+	}
+	if ev.Source.Component != "image-refresh" || ev.ReportingController != "image-refresh" {
+		t.Errorf("reported by %q / %q, want image-refresh", ev.Source.Component, ev.ReportingController)
+	}
+
+	time.Sleep(1100 * time.Millisecond) // timestamps have second precision
+	if err := wc.Event(ctx, obj, corev1.EventTypeWarning, reason, message); err != nil {
+		t.Fatal(err)
+	}
+	evs = list()
+	if len(evs) != 1 || evs[0].Count != 2 || !evs[0].LastTimestamp.After(ev.LastTimestamp.Time) {
+		t.Fatalf("after a repeat: %d events, first with count %d, lastTimestamp %s (was %s); want one with count 2, later",
+			len(evs), evs[0].Count, evs[0].LastTimestamp, ev.LastTimestamp)
+	}
+
+	if err := wc.Event(ctx, obj, corev1.EventTypeWarning, reason, "another message"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list()); n != 2 {
+		t.Errorf("%d events after a different message, want 2", n)
+	}
+	if err := wc.Event(ctx, obj, "Error", reason, message); err == nil {
+		t.Error("an event of type Error was accepted")
+	}
+}

@@ -1,0 +1,128 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ImageChange re-images one container: From is the image the caller read,
+// To the image it wants.
+type ImageChange struct {
+	Container, From, To string
+}
+
+// jsonPatchOp is one RFC 6902 operation.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// SetImages changes the named containers of one workload in one write, so
+// that they roll out together (R9). Containers whose snapshot image already
+// is To are left out; when none is left it writes nothing and returns false
+// (R9: no write, no rollout, no resourceVersion bump).
+//
+// The write is a JSON patch that only replaces image fields (R16: never
+// imagePullPolicy, other containers or anything else) and is optimistic:
+// "test" operations require the same UID, the container's name at the
+// index it was read at, and its image still From. If another writer got in
+// between (a helm upgrade, a second instance), the server rejects the whole
+// patch and SetImages returns an error satisfying errors.Is(err,
+// ErrChanged); the other writer's image is kept.
+func (c *Client) SetImages(ctx context.Context, obj *Object, changes []ImageChange) (bool, error) {
+	if obj == nil {
+		return false, errors.New("set images: no object")
+	}
+	ref := obj.Ref
+	if err := ref.validate(); err != nil {
+		return false, err
+	}
+	ops, err := imagePatch(obj, changes)
+	if err != nil {
+		return false, fmt.Errorf("set images of %s: %w", ref, err)
+	}
+	if len(ops) == 0 {
+		return false, nil
+	}
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return false, fmt.Errorf("set images of %s: %w", ref, err)
+	}
+	_, err = c.patch(ctx, ref, types.JSONPatchType, data)
+	if err == nil {
+		return true, nil
+	}
+	if c.changedSince(ctx, obj, changes, err) {
+		return false, fmt.Errorf("set images of %s: %w: %w", ref, ErrChanged, err)
+	}
+	return false, fmt.Errorf("set images of %s: %w", ref, err)
+}
+
+// imagePatch builds the operations, or none when every container already
+// runs its wanted image.
+func imagePatch(obj *Object, changes []ImageChange) ([]jsonPatchOp, error) {
+	seen := map[string]bool{}
+	var ops []jsonPatchOp
+	for _, ch := range changes {
+		if ch.From == "" || ch.To == "" {
+			return nil, fmt.Errorf("container %q: both the old and the new image are required", ch.Container)
+		}
+		if seen[ch.Container] {
+			return nil, fmt.Errorf("container %q is changed twice", ch.Container)
+		}
+		seen[ch.Container] = true
+		i := obj.containerIndex(ch.Container)
+		if i < 0 {
+			return nil, fmt.Errorf("%w: %s has no container %q", ErrContainerNotFound, obj.Ref, ch.Container)
+		}
+		if obj.Containers[i].Image == ch.To {
+			continue
+		}
+		if len(ops) == 0 {
+			ops = append(ops, jsonPatchOp{Op: "test", Path: "/metadata/uid", Value: obj.UID})
+		}
+		base := fmt.Sprintf("/spec/template/spec/containers/%d", i)
+		ops = append(ops,
+			jsonPatchOp{Op: "test", Path: base + "/name", Value: ch.Container},
+			jsonPatchOp{Op: "test", Path: base + "/image", Value: ch.From},
+			jsonPatchOp{Op: "replace", Path: base + "/image", Value: ch.To},
+		)
+	}
+	return ops, nil
+}
+
+// changedSince tells a lost race from a real rejection. A failed "test"
+// operation comes back as 422 Invalid, which is also what a validation
+// failure (say, a malformed image) returns; so on 422 the live object is
+// re-read and compared with what the patch expected. A 409 is a race.
+func (c *Client) changedSince(ctx context.Context, obj *Object, changes []ImageChange, patchErr error) bool {
+	if apierrors.IsConflict(patchErr) {
+		return true
+	}
+	if !apierrors.IsInvalid(patchErr) {
+		return false
+	}
+	live, err := c.read(ctx, obj.Ref)
+	if err != nil {
+		return false
+	}
+	if live.UID != obj.UID {
+		return true
+	}
+	for _, ch := range changes {
+		i := obj.containerIndex(ch.Container)
+		if obj.Containers[i].Image == ch.To {
+			continue // not part of the patch
+		}
+		if i >= len(live.Containers) || live.Containers[i].Name != ch.Container || live.Containers[i].Image != ch.From {
+			return true
+		}
+	}
+	return false
+}

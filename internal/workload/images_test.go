@@ -1,0 +1,224 @@
+package workload_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+const (
+	appTag   = "registry.test/acme/app:prod"
+	proxyTag = "registry.test/acme/proxy:prod"
+)
+
+// helmSetsImage re-renders one container's image the way a helm upgrade
+// does, under Helm's field manager.
+func helmSetsImage(t *testing.T, client kubernetes.Interface, ns, name, container, image string) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":%q}]}}}}`, container, image)
+	_, err := client.AppsV1().Deployments(ns).Patch(context.Background(), name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "helm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getDeployment(t *testing.T, client kubernetes.Interface, ns, name string) *appsv1.Deployment {
+	t.Helper()
+	d, err := client.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func toJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestImageManager_R17_FollowsTheLastWriterOfEachImage(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag), testenv.WithContainer("proxy", proxyTag))
+	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	manager := func(obj *workload.Object, name string) string {
+		ctr, _ := obj.Container(name)
+		return ctr.ImageManager
+	}
+
+	creator := manager(mustGet(t, wc, ref), "app")
+	if creator == "" || creator == "helm" || creator == workload.FieldManager {
+		t.Fatalf("creator's manager is %q", creator)
+	}
+	helmSetsImage(t, c.Client, ns, "api", "app", "registry.test/acme/app:v2")
+	obj := mustGet(t, wc, ref)
+	if got := manager(obj, "app"); got != "helm" {
+		t.Errorf("after helm re-rendered app: manager %q, want helm", got)
+	}
+	if got := manager(obj, "proxy"); got != creator {
+		t.Errorf("proxy's manager %q, want %q (helm did not touch it)", got, creator)
+	}
+	if _, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{
+		{Container: "app", From: "registry.test/acme/app:v2", To: "registry.test/acme/app@" + digestA},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	obj = mustGet(t, wc, ref)
+	if got := manager(obj, "app"); got != workload.FieldManager {
+		t.Errorf("after SetImages: manager %q, want %q", got, workload.FieldManager)
+	}
+	if got := manager(obj, "proxy"); got != creator {
+		t.Errorf("after SetImages: proxy's manager %q, want %q", got, creator)
+	}
+}
+
+func TestSetImages_R9_R16_OnePatchForTwoContainers(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag), testenv.WithContainer("proxy", proxyTag))
+	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	settle(t, c, ref)
+	before := getDeployment(t, c.Client, ns, "api")
+
+	written, err := wc.SetImages(context.Background(), mustGet(t, wc, ref), []workload.ImageChange{
+		{Container: "app", From: appTag, To: "registry.test/acme/app@" + digestA},
+		{Container: "proxy", From: proxyTag, To: "registry.test/acme/proxy@" + digestB},
+	})
+	if err != nil || !written {
+		t.Fatalf("SetImages = %v, %v; want a write", written, err)
+	}
+	after := getDeployment(t, c.Client, ns, "api")
+	if after.Generation != before.Generation+1 {
+		t.Errorf("generation %d → %d, want exactly one write", before.Generation, after.Generation)
+	}
+	// R16: the spec is the old one with new images; nothing else moved.
+	want := before.Spec.DeepCopy()
+	want.Template.Spec.Containers[0].Image = "registry.test/acme/app@" + digestA
+	want.Template.Spec.Containers[1].Image = "registry.test/acme/proxy@" + digestB
+	if w, g := toJSON(t, want), toJSON(t, after.Spec); w != g {
+		t.Errorf("spec changed beyond the images:\nwant %s\ngot  %s", w, g)
+	}
+	if w, g := toJSON(t, []any{before.Labels, before.Annotations}), toJSON(t, []any{after.Labels, after.Annotations}); w != g {
+		t.Errorf("metadata changed: %s → %s", w, g)
+	}
+
+	settle(t, c, ref)
+	rss, err := c.Client.AppsV1().ReplicaSets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=api"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := 0
+	for _, rs := range rss.Items {
+		ctrs := rs.Spec.Template.Spec.Containers
+		if ctrs[0].Image == "registry.test/acme/app@"+digestA && ctrs[1].Image == "registry.test/acme/proxy@"+digestB {
+			pinned++
+		}
+	}
+	if len(rss.Items) != 2 || pinned != 1 {
+		t.Errorf("%d ReplicaSets, %d with both pins; want the original and one new (one rollout)", len(rss.Items), pinned)
+	}
+}
+
+func TestSetImages_R9_NoWriteWhenAlreadyOnWantedImage(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	pinned := "registry.test/acme/app@" + digestA
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", pinned), testenv.WithContainer("proxy", proxyTag))
+	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	settle(t, c, ref)
+	obj := mustGet(t, wc, ref)
+
+	written, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "app", From: appTag, To: pinned}})
+	if err != nil || written {
+		t.Fatalf("SetImages = %v, %v; want no write", written, err)
+	}
+	d := getDeployment(t, c.Client, ns, "api")
+	if d.ResourceVersion != obj.ResourceVersion || d.Generation != obj.Generation {
+		t.Errorf("resourceVersion %s → %s, generation %d → %d: something was written", obj.ResourceVersion, d.ResourceVersion, obj.Generation, d.Generation)
+	}
+	for _, mf := range d.ManagedFields {
+		if mf.Manager == workload.FieldManager {
+			t.Errorf("managedFields has an %s entry: %v", workload.FieldManager, mf)
+		}
+	}
+}
+
+func TestSetImages_R19_MissingContainerIsAConfigurationError(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
+	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
+	_, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "worker", From: appTag, To: "registry.test/acme/app@" + digestA}})
+	if !errors.Is(err, workload.ErrContainerNotFound) {
+		t.Errorf("error %v, want ErrContainerNotFound", err)
+	}
+}
+
+func TestSetImages_ErrChangedWhenTheWorkloadChangedAfterTheRead(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		change   func(t *testing.T, client kubernetes.Interface, ns string)
+		wantLive string // app's image after the failed SetImages
+	}{
+		{"helm re-rendered the image after the read", func(t *testing.T, client kubernetes.Interface, ns string) {
+			helmSetsImage(t, client, ns, "api", "app", "registry.test/acme/app:v2")
+		}, "registry.test/acme/app:v2"},
+		{"another writer inserted a container in front of it", func(t *testing.T, client kubernetes.Interface, ns string) {
+			patch := fmt.Appendf(nil, `[{"op":"add","path":"/spec/template/spec/containers/0","value":{"name":"init-proxy","image":%q}}]`, proxyTag)
+			if _, err := client.AppsV1().Deployments(ns).Patch(context.Background(), "api", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, appTag},
+		{"the workload was deleted and created again", func(t *testing.T, client kubernetes.Interface, ns string) {
+			if err := client.AppsV1().Deployments(ns).Delete(context.Background(), "api", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Deployment(t, client, ns, "api", testenv.WithContainer("app", appTag))
+		}, appTag},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, wc, ns := setup(t)
+			testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
+			ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+			obj := mustGet(t, wc, ref)
+			tc.change(t, c.Client, ns)
+
+			written, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "app", From: appTag, To: "registry.test/acme/app@" + digestA}})
+			if written || !errors.Is(err, workload.ErrChanged) {
+				t.Fatalf("SetImages = %v, %v; want ErrChanged", written, err)
+			}
+			if ctr, _ := mustGet(t, wc, ref).Container("app"); ctr.Image != tc.wantLive {
+				t.Errorf("app runs %s, want the other writer's %s kept", ctr.Image, tc.wantLive)
+			}
+		})
+	}
+}
+
+func TestSetImages_ARejectedImageIsNotReportedAsARace(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
+	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
+	_, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "app", From: appTag, To: " registry.test/acme/app:bad"}})
+	if err == nil || errors.Is(err, workload.ErrChanged) || !apierrors.IsInvalid(err) {
+		t.Errorf("error %v: want the API's Invalid error, not ErrChanged", err)
+	}
+}

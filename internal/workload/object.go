@@ -1,0 +1,89 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Object is a snapshot of one workload as read. SetImages and the
+// annotation compare-and-swap are checked against it.
+type Object struct {
+	Ref             Ref
+	UID             types.UID
+	ResourceVersion string
+	Generation      int64
+	Annotations     map[string]string
+	// Containers are spec.template.spec.containers in order; init
+	// containers are not targets.
+	Containers     []Container
+	PullSecrets    []string // spec.template.spec.imagePullSecrets names
+	ServiceAccount string   // spec.template.spec.serviceAccountName
+	Settled        Settledness
+}
+
+// Container is one container of the pod template.
+type Container struct {
+	Name, Image string
+	// ImageManager is the field manager that owns this container's image
+	// per metadata.managedFields ("helm", "image-refresh", …), "" if none:
+	// it tells who last rendered the reference (R7, R17).
+	ImageManager string
+}
+
+// Container returns the container of that name.
+func (o *Object) Container(name string) (Container, bool) {
+	if i := o.containerIndex(name); i >= 0 {
+		return o.Containers[i], true
+	}
+	return Container{}, false
+}
+
+func (o *Object) containerIndex(name string) int {
+	for i, c := range o.Containers {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Get reads a workload. Errors name the ref and wrap the API error, so
+// apierrors.IsNotFound and IsForbidden still work on them (R4: the caller
+// must tell a missing workload or an RBAC denial from a transient).
+func (c *Client) Get(ctx context.Context, ref Ref) (*Object, error) {
+	if err := ref.validate(); err != nil {
+		return nil, err
+	}
+	obj, err := c.read(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", ref, err)
+	}
+	return obj, nil
+}
+
+func newObject(kind string, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, settled Settledness) *Object {
+	o := &Object{
+		Ref:             Ref{Kind: kind, Namespace: meta.Namespace, Name: meta.Name},
+		UID:             meta.UID,
+		ResourceVersion: meta.ResourceVersion,
+		Generation:      meta.Generation,
+		Annotations:     map[string]string{},
+		ServiceAccount:  tmpl.Spec.ServiceAccountName,
+		Settled:         settled,
+	}
+	for k, v := range meta.Annotations {
+		o.Annotations[k] = v
+	}
+	managers := imageManagers(meta.ManagedFields)
+	for _, ctr := range tmpl.Spec.Containers {
+		o.Containers = append(o.Containers, Container{Name: ctr.Name, Image: ctr.Image, ImageManager: managers[ctr.Name]})
+	}
+	for _, s := range tmpl.Spec.ImagePullSecrets {
+		o.PullSecrets = append(o.PullSecrets, s.Name)
+	}
+	return o
+}
