@@ -51,7 +51,14 @@ func (e *env) push(name, tag string) string {
 // {{ns}} and {{reg}} replaced.
 func (e *env) config(body string) string {
 	e.t.Helper()
-	header := fmt.Sprintf("annotationPrefix: %s\nrolloutTimeout: 20s\nregistryTimeout: 2s\nregistries:\n  - host: %s\n    insecure: true\n", e.prefix, e.reg.Host())
+	header := ""
+	// Settings the body sets itself win over the defaults of the header.
+	for _, kv := range [][2]string{{"annotationPrefix", e.prefix}, {"rolloutTimeout", "20s"}, {"registryTimeout", "2s"}} {
+		if !strings.HasPrefix(body, kv[0]+":") && !strings.Contains(body, "\n"+kv[0]+":") {
+			header += kv[0] + ": " + kv[1] + "\n"
+		}
+	}
+	header += fmt.Sprintf("registries:\n  - host: %s\n    insecure: true\n", e.reg.Host())
 	text := header + strings.NewReplacer("{{ns}}", e.ns, "{{reg}}", e.reg.Host()).Replace(body)
 	path := filepath.Join(e.t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {

@@ -80,6 +80,16 @@ func (c *Cluster) startKwok(name string, i int) error {
 // Unknown after the grace period. It waits for that (up to ~60 s) so the
 // caller observes a NotReady node.
 func (c *Cluster) NodeDown(ctx context.Context, name string) error {
+	if err := c.StopNodeAgent(name); err != nil {
+		return err
+	}
+	return c.WaitNodeReady(ctx, name, false)
+}
+
+// StopNodeAgent stops the kwok process of a node and returns at once: the
+// node still reads Ready for the grace period, but nothing it is sent runs
+// any more — a node that dies in the middle of a rollout.
+func (c *Cluster) StopNodeAgent(name string) error {
 	if _, err := c.nodeIndex(name); err != nil {
 		return err
 	}
@@ -89,10 +99,7 @@ func (c *Cluster) NodeDown(ctx context.Context, name string) error {
 		}
 		delete(c.Procs, "kwok-"+name)
 	}
-	if err := c.save(); err != nil {
-		return err
-	}
-	return c.WaitNodeReady(ctx, name, false)
+	return c.save()
 }
 
 // NodeUp restarts the node's kwok process and waits until it is Ready.

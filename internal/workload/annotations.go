@@ -27,6 +27,11 @@ const conflictRetries = 5
 // a conflict caused by an unrelated write (a status update, another key) is
 // not a lost race. It touches only metadata.annotations (R16) and writes
 // with FieldManager (R17). It returns the object as written.
+//
+// On a Deployment the API server bumps metadata.generation for any
+// annotation change (the controller copies annotations to ReplicaSets), so
+// the anchor reads not settled (observedGeneration behind) until the
+// controller catches up, usually within milliseconds. No rollout starts.
 func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map[string]*string) (*Object, error) {
 	if err := ref.validate(); err != nil {
 		return nil, err

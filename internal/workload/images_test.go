@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -212,13 +214,77 @@ func TestSetImages_ErrChangedWhenTheWorkloadChangedAfterTheRead(t *testing.T) {
 	}
 }
 
-func TestSetImages_ARejectedImageIsNotReportedAsARace(t *testing.T) {
+// A 422 is also what an admission policy's denial looks like. Reporting it
+// as ErrChanged would make the caller re-read and retry a write that can
+// never succeed.
+func TestSetImages_APolicyDenialIsNotReportedAsARace(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
+	denyDigests(t, c.Client, ns, "api")
 	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
-	_, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "app", From: appTag, To: " registry.test/acme/app:bad"}})
+	_, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "app", From: appTag, To: "registry.test/acme/app@" + digestA}})
 	if err == nil || errors.Is(err, workload.ErrChanged) || !apierrors.IsInvalid(err) {
-		t.Errorf("error %v: want the API's Invalid error, not ErrChanged", err)
+		t.Errorf("error %v: want the policy's Invalid error, not ErrChanged", err)
+	}
+}
+
+// denyDigests installs a ValidatingAdmissionPolicy that rejects digest
+// references in the Deployments of ns, and waits until a dry-run of the
+// write is denied (policies load asynchronously).
+func denyDigests(t *testing.T, client kubernetes.Interface, ns, deployment string) {
+	t.Helper()
+	ctx := context.Background()
+	arv1 := client.AdmissionregistrationV1()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: new(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "object.spec.template.spec.containers.all(c, !c.image.contains('@'))",
+				Message:    "digest references are not allowed here",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        ns,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns},
+			}},
+		},
+	}
+	if _, err := arv1.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = arv1.ValidatingAdmissionPolicies().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+	if _, err := arv1.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = arv1.ValidatingAdmissionPolicyBindings().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+
+	probe := fmt.Appendf(nil, `[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"registry.test/probe@%s"}]`, digestA)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := client.AppsV1().Deployments(ns).Patch(ctx, deployment, types.JSONPatchType, probe, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsInvalid(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the policy is not enforced after 30s (last dry-run: %v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -1,0 +1,332 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// pinAll runs the two ticks that bring the seed's shape onto the digest.
+func (e *env) pinAll(cfg string) {
+	e.t.Helper()
+	e.tick(cfg)
+	if code, _ := e.tick(cfg); code != 0 {
+		e.t.Fatalf("setup: pinning tick exit %d", code)
+	}
+}
+
+func TestTick_R10_R12_LockedOutGroupIsLoudAndTouchesNothing(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	e.annotate("jobs-manager", map[string]*string{e.key("refresh-attempt"): ptr("3")})
+	before := e.image("requests-proxy", "proxy")
+
+	code, logs := e.tick(cfg)
+	if code != 1 {
+		t.Fatalf("locked-out tick exit %d, want 1", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != before {
+		t.Errorf("a locked-out group was re-imaged: %s -> %s", before, got)
+	}
+	if got := e.annotations("jobs-manager")[e.key("refresh-flap-detected")]; got != "3" {
+		t.Errorf("flap marker %q, want \"3\"", got)
+	}
+	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "image-refresh rearm --config "+cfg+" --group control-plane") {
+		t.Errorf("lockout WARN does not name the exact rearm command:\n%s", logs)
+	}
+	if !hasEvent(e.events("jobs-manager"), "RefreshLockedOut", "rearm") {
+		t.Errorf("no RefreshLockedOut event: %q", e.events("jobs-manager"))
+	}
+
+	// R12: still loud when every target is back on its digest.
+	e.setImageAs("someone", "Deployment", "requests-proxy", "proxy", e.image("jobs-manager", "api"))
+	if code, logs := e.tick(cfg); code != 1 || !strings.Contains(logs, "LOCKED OUT") {
+		t.Errorf("latched tick with every target on its digest: exit %d, want 1 and a LOCKED OUT line:\n%s", code, logs)
+	}
+}
+
+func TestTick_R10_R18_RearmClearsLockoutAndNextTickActs(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	e.annotate("jobs-manager", map[string]*string{e.key("refresh-attempt"): ptr("5"), e.key("refresh-flap-detected"): ptr("5")})
+
+	code, out, logs := e.run("rearm", "--config", cfg, "--kubeconfig", e.kubeconfig, "--group", "control-plane")
+	if code != 0 {
+		t.Fatalf("rearm exit %d: %s", code, logs)
+	}
+	a := e.annotations("jobs-manager")
+	if _, ok := a[e.key("refresh-attempt")]; ok {
+		t.Errorf("rearm left refresh-attempt=%q", a[e.key("refresh-attempt")])
+	}
+	if _, ok := a[e.key("refresh-flap-detected")]; ok {
+		t.Errorf("rearm left the flap marker")
+	}
+	if !strings.Contains(out, "re-armed group control-plane") {
+		t.Errorf("rearm output: %q", out)
+	}
+	e.settle("Deployment", "jobs-manager")
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick after rearm exit %d", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != e.repo("api")+":prod@"+digest {
+		t.Errorf("tick after rearm did not act: proxy on %s", got)
+	}
+	if code, _, _ := e.run("rearm", "--config", cfg, "--kubeconfig", e.kubeconfig, "--group", "nope"); code != 2 {
+		t.Errorf("rearm of an unknown group exit %d, want 2", code)
+	}
+}
+
+func TestTick_R10_InvalidAttemptCounterIsTreatedAsLockedOut(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	e.annotate("jobs-manager", map[string]*string{e.key("refresh-attempt"): ptr("-1")})
+	before := e.image("requests-proxy", "proxy")
+	if code, _ := e.tick(cfg); code != 1 {
+		t.Errorf("tick with attempt=-1 exit %d, want 1", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != before {
+		t.Errorf("a corrupted attempt counter was read as 0 and the target re-imaged")
+	}
+}
+
+func TestTick_R11_UnfinishedAttemptIsWaitedOnAndCleared(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	e.annotate("jobs-manager", map[string]*string{e.key("refresh-attempt"): ptr("2")})
+	e.settle("Deployment", "jobs-manager")
+	code, logs := e.tick(cfg)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(logs, "never confirmed settling") {
+		t.Errorf("an unfinished attempt was treated as a silent no-op:\n%s", logs)
+	}
+	if got, ok := e.annotations("jobs-manager")[e.key("refresh-attempt")]; ok {
+		t.Errorf("attempt %q not cleared once the rollout was confirmed settled", got)
+	}
+}
+
+func TestTick_R4_NotSettledSkipsThenFreezesLoudly(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config("maxSkipTicks: 2\n" + seedShape)
+	e.tick(cfg) // first observation
+	// A rollout that cannot finish: the proxy's new pods are never
+	// scheduled (no node matches), so the Deployment never settles.
+	patch := `{"spec":{"template":{"spec":{"nodeSelector":{"no-such-node":"true"}}}}}`
+	if _, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(context.Background(), "requests-proxy", "application/strategic-merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, logs := e.tick(cfg)
+	if code != 0 || !strings.Contains(logs, "not settled") {
+		t.Fatalf("first unsettled tick: exit %d, want 0 with a NOTE:\n%s", code, logs)
+	}
+	if got := e.annotations("jobs-manager")[e.key("refresh-skip-streak")]; got != "1" {
+		t.Errorf("skip streak %q, want 1", got)
+	}
+	if strings.Contains(e.image("requests-proxy", "proxy"), "@") {
+		t.Errorf("an unsettled group was re-pinned")
+	}
+	code, _ = e.tick(cfg)
+	if code != 1 {
+		t.Errorf("skip streak at its ceiling: exit %d, want 1", code)
+	}
+	if !hasEvent(e.events("jobs-manager"), "RefreshFrozen", "not settled") {
+		t.Errorf("no RefreshFrozen event: %q", e.events("jobs-manager"))
+	}
+	// Settled again: the streak is cleared.
+	undo := `{"spec":{"template":{"spec":{"nodeSelector":null}}}}`
+	if _, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(context.Background(), "requests-proxy", "application/strategic-merge-patch+json", []byte(undo), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.settle("Deployment", "requests-proxy")
+	e.tick(cfg)
+	if got, ok := e.annotations("jobs-manager")[e.key("refresh-skip-streak")]; ok {
+		t.Errorf("skip streak %q not cleared once settled", got)
+	}
+}
+
+func TestTick_R4_MissingWorkloadFailsWithTheAPIError(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config(strings.Replace(seedShape, "name: requests-proxy, container: proxy", "name: no-such-deploy, container: proxy", 1))
+	code, logs := e.tick(cfg)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(logs, `deployments.apps \"no-such-deploy\" not found`) && !strings.Contains(logs, `deployments.apps "no-such-deploy" not found`) {
+		t.Errorf("the API's own NotFound text is missing:\n%s", logs)
+	}
+	// R13: the first observation still lands.
+	if e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")] == "" {
+		t.Errorf("first-observation record dropped on a failing tick")
+	}
+}
+
+func TestTick_R4_RBACDenialFailsWithTheAPIError(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	kubeconfig, err := e.c.UserKubeconfig("limited-" + e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The user may get and patch jobs-manager only.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "limited", Namespace: e.ns}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, ResourceNames: []string{"jobs-manager"}, Verbs: []string{"get", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "list", "patch"}},
+	}}
+	if _, err := e.c.Client.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "limited", Namespace: e.ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "limited"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: "limited-" + e.ns}}}
+	if _, err := e.c.Client.RbacV1().RoleBindings(e.ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(seedShape)
+	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, logs)
+	}
+	if !strings.Contains(logs, "forbidden") || !strings.Contains(logs, "requests-proxy") {
+		t.Errorf("the RBAC denial is not named with the API's text:\n%s", logs)
+	}
+}
+
+func TestTick_R19_MissingContainerIsAConfigurationError(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config(strings.Replace(seedShape, "container: proxy", "container: prxy", 1))
+	e.tick(cfg) // first observation
+	code, logs := e.tick(cfg)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(logs, "configuration error") || !strings.Contains(logs, `container \"prxy\"`) && !strings.Contains(logs, `"prxy"`) {
+		t.Errorf("not reported as a configuration error naming the target:\n%s", logs)
+	}
+	if strings.Contains(e.image("jobs-manager", "api"), "@") {
+		t.Errorf("the image was not skipped: the readable target was pinned")
+	}
+	if got := e.annotations("jobs-manager")[e.key("live-read-failure-streak-api")]; got != "1" {
+		t.Errorf("read-failure streak %q, want 1", got)
+	}
+}
+
+func TestTick_R5_OnlyAfterEverPinnedNeverRollsAFreshInstall(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config("firstInstall: only-after-ever-pinned\n" + seedShape)
+	before := e.rollouts("jobs-manager")
+	for i := 0; i < 3; i++ {
+		if code, _ := e.tick(cfg); code != 0 {
+			t.Fatalf("tick %d exit %d", i, code)
+		}
+	}
+	if n := e.rollouts("jobs-manager"); n != before || strings.Contains(e.image("jobs-manager", "api"), "@") {
+		t.Fatalf("a fresh install rolled under only-after-ever-pinned")
+	}
+	// The next digest change pins, and from then on reverts are re-pinned.
+	next := e.push("api", "prod")
+	e.tick(cfg)
+	if got := e.image("jobs-manager", "api"); got != e.repo("api")+":prod@"+next {
+		t.Fatalf("digest change did not pin: %s", got)
+	}
+	e.setImageAs("helm", "Deployment", "jobs-manager", "api", e.repo("api")+":prod")
+	e.tick(cfg)
+	if got := e.image("jobs-manager", "api"); got != e.repo("api")+":prod@"+next {
+		t.Errorf("revert after the first pin not re-pinned: %s", got)
+	}
+}
+
+// The seed's production case: a DaemonSet that cannot finish because a node
+// is NotReady. Attempts count up tick by tick to the lockout; first
+// observations and stale-pin findings still land on the latched ticks.
+func TestTick_R10_R13_NotReadyNodeCountsAttemptsToLockout(t *testing.T) {
+	e := newEnv(t)
+	digest := e.push("agent", "prod")
+	e.push("tool", "prod")
+	testenv.Deployment(t, e.c.Client, e.ns, "anchor", testenv.WithContainer("app", e.repo("agent")+":prod"))
+	testenv.DaemonSet(t, e.c.Client, e.ns, "agent", testenv.WithTolerateAll(), testenv.WithContainer("agent", e.repo("agent")+":prod"))
+	e.settle("Deployment", "anchor")
+	e.settle("DaemonSet", "agent")
+	body := `rolloutTimeout: 3s
+maxRefreshAttempts: 2
+groups:
+  - name: agents
+    anchor: {kind: Deployment, namespace: {{ns}}, name: anchor}
+    images:
+      - name: agent
+        repository: {{reg}}/acme/agent
+        tag: prod
+        targets:
+          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: agent}
+`
+	cfg := e.config(body)
+	e.tick(cfg) // first observation
+	// node-2 dies now, in the middle of the rollout the next tick starts: it
+	// still reads Ready, but the pod the re-pin sends it never runs.
+	if err := e.c.StopNodeAgent("node-2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.NodeUp(context.Background(), "node-2") })
+
+	code, _ := e.tick(cfg) // pins; the rollout cannot settle
+	if code != 1 {
+		t.Errorf("tick with a rollout that timed out: exit %d, want 1", code)
+	}
+	a := e.annotations("anchor")
+	if a[e.key("refresh-attempt")] != "1" {
+		t.Errorf("attempt %q after the first timed-out rollout, want 1", a[e.key("refresh-attempt")])
+	}
+	if !strings.Contains(e.daemonSet("agent").Spec.Template.Spec.Containers[0].Image, digest) {
+		t.Fatalf("DaemonSet not re-imaged")
+	}
+	e.tick(cfg) // R11: waits again, attempt 2, times out
+	if got := e.annotations("anchor")[e.key("refresh-attempt")]; got != "2" {
+		t.Errorf("attempt %q after the second tick, want 2", got)
+	}
+
+	// Latched: add a first-observation image and a stale operator pin; both
+	// findings must still be written (R13).
+	body2 := body + `      - name: tool
+        repository: {{reg}}/acme/tool
+        tag: prod
+        pinnedDigest: sha256:0000000000000000000000000000000000000000000000000000000000000000
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: anchor, container: app}
+`
+	cfg2 := e.config(body2)
+	code, logs := e.tick(cfg2)
+	if code != 1 || !strings.Contains(logs, "LOCKED OUT") {
+		t.Errorf("latched tick: exit %d, want 1 and LOCKED OUT:\n%s", code, logs)
+	}
+	a = e.annotations("anchor")
+	if a[e.key("refresh-flap-detected")] != "2" {
+		t.Errorf("flap marker %q, want 2", a[e.key("refresh-flap-detected")])
+	}
+	if a[e.key("stale-pin-tool")] == "" {
+		t.Errorf("stale-pin finding not written on a latched tick (R13)")
+	}
+	if a[e.key("last-refreshed-agent-digest")] != digest {
+		t.Errorf("record moved without a settled rollout: %q", a[e.key("last-refreshed-agent-digest")])
+	}
+}
