@@ -72,7 +72,7 @@ re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.`
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitInvalid, Err: err} })
-	root.AddCommand(newTick(), newStatus(), newRearm(), newVersion())
+	root.AddCommand(newTick(), newRun(), newStatus(), newRearm(), newVersion())
 	return root
 }
 
@@ -100,7 +100,7 @@ func (c *common) load() (*config.Config, *slog.Logger, error) {
 	}
 	cfg, err := config.Load(c.configPath)
 	if err != nil {
-		return nil, nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("config %s: %w", c.configPath, err)}
+		return nil, nil, &ExitError{Code: ExitInvalid, Err: err} // names the file already
 	}
 	return cfg, nil, nil
 }
@@ -122,6 +122,11 @@ func (c *common) restConfig() (*rest.Config, error) {
 			}
 		}
 	}
+	if c.kubeconfig != "" {
+		if _, err := os.Stat(c.kubeconfig); err != nil {
+			return nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("--kubeconfig: %w", err)}
+		}
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = c.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -138,6 +143,9 @@ func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics
 		return nil, err
 	}
 	rc.UserAgent = "image-refresh/" + Version
+	// client-go's default (5 QPS) would make a pass over a few dozen
+	// workloads take seconds; stay well under the API server's fairness.
+	rc.QPS, rc.Burst = 50, 100
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err

@@ -23,7 +23,7 @@ func newStatus() *cobra.Command {
 		Long: `status reads the cluster and the registry as a tick would and shows, for
 every (group, image, target), its state — pinned, drifted, first-observed,
 locked-out, not-settled, stale-pin, inert, unreadable or error — with the
-remediation for anything not pinned (docs/states.md). It writes nothing.`,
+remediation for anything not pinned (docs/states/). It writes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {

@@ -37,12 +37,12 @@ func (c *Config) EffectiveTickTimeout() time.Duration {
 	if c.TickTimeout > 0 {
 		return c.TickTimeout
 	}
+	// Every workload of every group may be waited on once (R14), anchors
+	// included.
 	seen := map[Workload]bool{}
 	for _, g := range c.Groups {
-		for _, img := range g.Images {
-			for _, t := range img.Targets {
-				seen[t.Workload()] = true
-			}
+		for _, w := range g.Workloads() {
+			seen[w] = true
 		}
 	}
 	n := time.Duration(len(seen) + 1)

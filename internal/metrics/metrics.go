@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,7 +12,7 @@ import (
 
 // Metrics is one registry with every image-refresh metric.
 type Metrics struct {
-	Registry         *prometheus.Registry
+	gatherer         prometheus.Gatherer
 	TargetOnDigest   *prometheus.GaugeVec
 	GroupLockedOut   *prometheus.GaugeVec
 	NeedsAttention   *prometheus.GaugeVec
@@ -19,12 +20,21 @@ type Metrics struct {
 	RegistryRequests *prometheus.CounterVec
 	ReconcileErrors  *prometheus.CounterVec
 	LastTick         *prometheus.GaugeVec
+	RevertRepin      prometheus.Histogram
+	Fights           *prometheus.CounterVec
 }
 
-// New registers every metric on a fresh registry.
+// New registers every metric on a fresh registry (one-shot ticks).
 func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	return NewOn(reg, reg)
+}
+
+// NewOn registers every metric on reg (the controller passes
+// controller-runtime's registry, which /metrics serves).
+func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
+		gatherer: g,
 		TargetOnDigest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_target_on_digest",
 			Help: "1 when the target container runs the recorded digest, else 0.",
@@ -54,7 +64,24 @@ func New() *Metrics {
 			Help: "Unix time of the group's last completed tick.",
 		}, []string{"group"}),
 	}
-	m.Registry.MustRegister(m.TargetOnDigest, m.GroupLockedOut, m.NeedsAttention, m.Repins, m.RegistryRequests, m.ReconcileErrors, m.LastTick)
+	m.RevertRepin = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "image_refresh_revert_repin_seconds",
+		Help:    "Seconds from observing the write that took a target off its digest to the re-pin write (C1).",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	})
+	m.Fights = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "image_refresh_rewrite_fights_total",
+		Help: "Targets left alone because another writer rewrote them right after each re-pin (C5).",
+	}, []string{"group", "image", "writer"})
+	m.TargetOnDigest = register(reg, m.TargetOnDigest)
+	m.GroupLockedOut = register(reg, m.GroupLockedOut)
+	m.NeedsAttention = register(reg, m.NeedsAttention)
+	m.Repins = register(reg, m.Repins)
+	m.RegistryRequests = register(reg, m.RegistryRequests)
+	m.ReconcileErrors = register(reg, m.ReconcileErrors)
+	m.LastTick = register(reg, m.LastTick)
+	m.RevertRepin = register(reg, m.RevertRepin)
+	m.Fights = register(reg, m.Fights)
 	return m
 }
 
@@ -66,5 +93,21 @@ func (m *Metrics) RegistryRequest(host string, status int) {
 // WriteTextfile writes every metric in the text format to path, for the
 // node-exporter textfile collector (one-shot ticks have no /metrics).
 func (m *Metrics) WriteTextfile(path string) error {
-	return prometheus.WriteToTextfile(path, m.Registry)
+	return prometheus.WriteToTextfile(path, m.gatherer)
+}
+
+// register adds c to reg, or returns the collector already registered under
+// the same name: two controllers in one process (tests) share the
+// process-wide registry controller-runtime serves.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
 }

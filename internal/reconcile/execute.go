@@ -52,10 +52,10 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 		if err != nil || !st.Settled {
 			why := st.Reason
 			if err != nil {
-				why = err.Error()
+				why = err.Error() // names the workload, the timeout and the reason
 			}
-			r.fail(p, "rollout of %s did not settle within %s (%s); the digest record is unchanged and the next tick retries (attempt %d of %d)",
-				w, r.Config.RolloutTimeout, why, rp.Attempt, r.Config.MaxRefreshAttempts)
+			r.fail(p, "rollout not settled: %s; the digest record is unchanged and the next tick retries (attempt %d of %d)",
+				why, rp.Attempt, r.Config.MaxRefreshAttempts)
 			return
 		}
 	}
@@ -67,6 +67,11 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
 			r.fail(p, "record the rolled-out digests on %s: %v", p.Anchor, err)
 			return
+		}
+	}
+	for i := range p.Rows {
+		if p.Rows[i].State == refresh.StateDrifted {
+			p.Rows[i].State, p.Rows[i].Message = refresh.StatePinned, "re-pinned this tick; the rollout settled"
 		}
 	}
 	if rp.Unfinished {
@@ -91,6 +96,9 @@ func (r *Runner) apply(ctx context.Context, p *refresh.Plan, snap Snapshot, wc r
 			return fmt.Errorf("%s changed after it was read; nothing re-imaged there, the next tick decides again: %w", wc.Workload, err)
 		}
 		return fmt.Errorf("re-image %s: %w", wc.Workload, err)
+	}
+	if r.OnRepin != nil {
+		r.OnRepin(p.Group, wc)
 	}
 	for _, c := range wc.Images {
 		// R7: neutral wording, since a fresh install's second tick looks the

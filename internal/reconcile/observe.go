@@ -32,6 +32,9 @@ type Runner struct {
 	Resolver   *registry.Resolver
 	Metrics    *metrics.Metrics
 	Log        *slog.Logger
+	// OnRepin, if set, is called right after a workload's re-pin write
+	// landed (the controller measures revert → re-pin latency with it).
+	OnRepin func(group string, wc refresh.WorkloadChange)
 }
 
 // Snapshot is one group's observation plus the objects it was read from.
@@ -44,21 +47,41 @@ func ref(w config.Workload) workload.Ref {
 	return workload.Ref{Kind: string(w.Kind), Namespace: w.Namespace, Name: w.Name}
 }
 
-// resolveCache makes one registry HEAD per distinct repository:tag per tick,
-// however many groups and targets use it (C2).
-type resolveCache struct {
-	mu sync.Mutex
-	m  map[string]refresh.Resolution
+// Latest answers "which digest does the registry serve for this image
+// now?" for Observe. A tick asks the registry once per repository:tag
+// (TickSource); the controller answers from its poller (C2).
+type Latest interface {
+	Latest(ctx context.Context, img config.Image, kc func() authn.Keychain) refresh.Resolution
 }
 
-func newResolveCache() *resolveCache { return &resolveCache{m: map[string]refresh.Resolution{}} }
+// TickSource makes one registry HEAD per distinct repository:tag per tick,
+// however many groups and targets use it (C2).
+type TickSource struct {
+	Resolver *registry.Resolver
+	mu       sync.Mutex
+	m        map[string]refresh.Resolution
+}
+
+// Latest resolves img once per TickSource.
+func (s *TickSource) Latest(ctx context.Context, img config.Image, kc func() authn.Keychain) refresh.Resolution {
+	key := img.Repository + ":" + img.Tag
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]refresh.Resolution{}
+	}
+	if res, ok := s.m[key]; ok {
+		return res
+	}
+	d, err := s.Resolver.Latest(ctx, img.Repository, img.Tag, kc())
+	res := refresh.Resolution{Digest: d, Err: err}
+	s.m[key] = res
+	return res
+}
 
 // Observe reads one group: the anchor, every workload, the registry's
 // latest digest of every image, and the R3 proofs the decision needs.
-func (r *Runner) Observe(ctx context.Context, g config.Group, cache *resolveCache) Snapshot {
-	if cache == nil {
-		cache = newResolveCache()
-	}
+func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Snapshot {
 	obs := refresh.Observation{
 		Group:       g,
 		Workloads:   map[config.Workload]refresh.Workload{},
@@ -88,18 +111,14 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, cache *resolveCach
 		obs.AnchorErr = obs.Workloads[g.Anchor].Err
 	}
 	for _, img := range g.Images {
-		kc := r.keychain(ctx, img, objs)
-		key := img.Repository + ":" + img.Tag
-		cache.mu.Lock()
-		res, ok := cache.m[key]
-		cache.mu.Unlock()
-		if !ok {
-			d, err := r.Resolver.Latest(ctx, img.Repository, img.Tag, kc)
-			res = refresh.Resolution{Digest: d, Err: err}
-			cache.mu.Lock()
-			cache.m[key] = res
-			cache.mu.Unlock()
+		var kc authn.Keychain
+		keychain := func() authn.Keychain {
+			if kc == nil {
+				kc = r.keychain(ctx, img, objs)
+			}
+			return kc
 		}
+		res := latest.Latest(ctx, img, keychain)
 		obs.Latest[img.Name] = res
 		if res.Err != nil {
 			continue
@@ -110,12 +129,27 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, cache *resolveCach
 				continue
 			}
 			if repo, need := refresh.NeedsMirrorProof(img, c.Image); need {
-				has, err := r.Resolver.Has(ctx, repo, res.Digest, kc)
+				has, err := r.Resolver.Has(ctx, repo, res.Digest, keychain())
 				obs.MirrorProof[t] = refresh.Proof{Has: has, Err: err}
 			}
 		}
 	}
 	return Snapshot{Observation: obs, Objects: objs}
+}
+
+// KeychainFor reads the image's target workloads and gives the registry
+// auth for it (the controller's poller, which has no snapshot at hand).
+func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keychain {
+	objs := map[config.Workload]*workload.Object{}
+	for _, t := range img.Targets {
+		if _, ok := objs[t.Workload()]; ok {
+			continue
+		}
+		if obj, err := r.Workloads.Get(ctx, ref(t.Workload())); err == nil {
+			objs[t.Workload()] = obj
+		}
+	}
+	return r.keychain(ctx, img, objs)
 }
 
 // keychain gives registry auth for an image: the docker config, and the

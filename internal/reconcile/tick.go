@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -30,18 +31,35 @@ func (r Result) NeedsHuman() bool {
 func (r *Runner) Tick(ctx context.Context, dryRun bool) Result {
 	ctx, cancel := context.WithTimeout(ctx, r.Config.EffectiveTickTimeout())
 	defer cancel()
-	cache := newResolveCache()
+	latest := &TickSource{Resolver: r.Resolver}
 	var res Result
 	for _, g := range r.Config.Groups {
-		snap := r.Observe(ctx, g, cache)
-		plan := refresh.Decide(refresh.SettingsFrom(r.Config, r.ConfigPath), snap.Observation)
-		if !dryRun {
-			r.Execute(ctx, plan, snap)
-		}
-		r.report(ctx, plan, snap, dryRun)
-		res.Plans = append(res.Plans, plan)
+		res.Plans = append(res.Plans, r.Group(ctx, g, latest, GroupOptions{DryRun: dryRun}))
 	}
 	return res
+}
+
+// GroupOptions tune one group pass.
+type GroupOptions struct {
+	DryRun bool
+	// Fights are targets to leave alone (C5), from the controller's memory.
+	Fights map[config.Target]string
+	// SkipUncounted: see refresh.Observation.SkipUncounted.
+	SkipUncounted bool
+}
+
+// Group runs one reconcile pass over one group: observe, decide, execute
+// (unless DryRun), report. It returns the plan with every finding.
+func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts GroupOptions) *refresh.Plan {
+	snap := r.Observe(ctx, g, latest)
+	snap.Observation.Fights = opts.Fights
+	snap.Observation.SkipUncounted = opts.SkipUncounted
+	plan := refresh.Decide(refresh.SettingsFrom(r.Config, r.ConfigPath), snap.Observation)
+	if !opts.DryRun {
+		r.Execute(ctx, plan, snap)
+	}
+	r.report(ctx, plan, snap, opts.DryRun)
+	return plan
 }
 
 // report tells the operator: a log line per finding (with the

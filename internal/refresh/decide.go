@@ -60,7 +60,7 @@ func (d *decision) anchorUnreadable() {
 		Remediation: "make sure the anchor workload exists and image-refresh may get and patch it (RBAC)"})
 	for _, img := range g.Images {
 		for _, t := range img.Targets {
-			d.row(img, t, StateError, msg, "")
+			d.row(img, t, StateError, msg, "make sure the anchor workload exists and image-refresh may get and patch it (RBAC)")
 		}
 	}
 }
@@ -99,17 +99,35 @@ func (d *decision) readWorkloads() (blocked bool, notSettled []string) {
 		case !ok:
 			blocked = true
 			d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, NeedsHuman: true,
-				Message: fmt.Sprintf("%s was not read", w)})
+				Message:     fmt.Sprintf("%s%s was not read", w, d.targetsOf(w)),
+				Remediation: "this is a bug in image-refresh: please report it with this log line"})
 		case st.Err != nil:
 			blocked = true
 			d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, NeedsHuman: true,
-				Message:     fmt.Sprintf("read %s: %v", w, st.Err),
+				Message:     fmt.Sprintf("read %s%s: %v", w, d.targetsOf(w), st.Err),
 				Remediation: "the workload must exist and image-refresh must be allowed to get it: fix the config or the RBAC"})
 		case !st.Settled:
 			notSettled = append(notSettled, fmt.Sprintf("%s: %s", w, st.Reason))
 		}
 	}
 	return blocked, notSettled
+}
+
+// targetsOf names the targets on w, so an unreadable workload's message
+// says which configured targets it blocks (R19).
+func (d *decision) targetsOf(w config.Workload) string {
+	var names []string
+	for _, img := range d.obs.Group.Images {
+		for _, t := range img.Targets {
+			if t.Workload() == w {
+				names = append(names, t.String())
+			}
+		}
+	}
+	if len(names) == 0 {
+		return " (the group's anchor)"
+	}
+	return " (targets: " + strings.Join(names, ", ") + ")"
 }
 
 // counter increments a per-image failure streak and reports whether it
@@ -132,6 +150,11 @@ func (d *decision) clear(w *Write, key string) {
 }
 
 func (d *decision) image(img config.Image) {
+	staleKey := d.keys.StalePin(img.Name)
+	if img.PinnedDigest == "" {
+		// R2: the pin was removed, so its finding goes, registry or not.
+		d.clear(&d.p.Bookkeeping, staleKey)
+	}
 	// R1: resolve.
 	res := d.obs.Latest[img.Name]
 	latest := res.Digest
@@ -158,12 +181,10 @@ func (d *decision) image(img config.Image) {
 	d.clear(&d.p.Bookkeeping, d.keys.ResolveFailures(img.Name))
 
 	// R2: an operator pin is not refreshed, only checked.
-	staleKey := d.keys.StalePin(img.Name)
 	if img.PinnedDigest != "" {
 		d.operatorPin(img, latest, staleKey)
 		return
 	}
-	d.clear(&d.p.Bookkeeping, staleKey)
 
 	// R5: first observation records latest and touches nothing.
 	recKey := d.keys.Record(img.Name)
@@ -208,6 +229,14 @@ func (d *decision) image(img config.Image) {
 			continue
 		default:
 			cause = CauseFirstInstall
+		}
+		if writer, fight := d.obs.Fights[t]; fight {
+			// C5: never fight another writer forever.
+			msg := fmt.Sprintf("the environment rewrites image references: %s rewrote %s right after each of the last re-pins; image-refresh leaves it alone", writer, t)
+			rem := fmt.Sprintf("stop %s from rewriting the image of this container (a mutating webhook or another controller), or remove the target from the config", writer)
+			d.find(Finding{Severity: SeverityWarn, Reason: ReasonRewriteFight, Image: img.Name, Target: &t, Message: msg, Remediation: rem, NeedsHuman: true})
+			d.row(img, t, StateError, msg, rem)
+			continue
 		}
 		if repo, need := NeedsMirrorProof(img, c.Image); need && !d.obs.MirrorProof[t].Has {
 			why := "not known to hold it"
@@ -277,10 +306,14 @@ func (d *decision) operatorPin(img config.Image, latest, staleKey string) {
 func (d *decision) readTargets(img config.Image) bool {
 	ok := true
 	for _, t := range img.Targets {
-		w := d.obs.Workloads[t.Workload()]
-		if w.Err != nil {
+		w, read := d.obs.Workloads[t.Workload()]
+		if !read || w.Err != nil {
 			ok = false
-			d.row(img, t, StateError, fmt.Sprintf("read %s: %v", t.Workload(), w.Err), "")
+			err := w.Err
+			if !read {
+				err = fmt.Errorf("not read")
+			}
+			d.row(img, t, StateError, fmt.Sprintf("read %s: %v", t.Workload(), err), "")
 			continue
 		}
 		c, found := w.Containers[t.Container]
@@ -294,7 +327,8 @@ func (d *decision) readTargets(img config.Image) bool {
 		}
 		if _, err := imageref.Parse(c.Image); err != nil {
 			ok = false
-			d.row(img, t, StateUnreadable, fmt.Sprintf("live image unreadable: %v", err), "")
+			d.row(img, t, StateUnreadable, fmt.Sprintf("live image unreadable: %v", err),
+				"fix the image reference of this container in its workload (or chart)")
 		}
 	}
 	key := d.keys.ReadFailures(img.Name)
@@ -324,8 +358,9 @@ func (d *decision) addChange(w config.Workload, c ImageChange) {
 // R11 unfinished attempt, and builds the Repin.
 func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	g := d.obs.Group
-	if blocked {
-		return
+	settled := !blocked && len(notSettled) == 0
+	if settled && d.p.SkipStreak > 0 {
+		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
 	}
 	if locked {
 		d.p.LockedOut = true
@@ -344,15 +379,25 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 		}
 		return
 	}
-	settled := len(notSettled) == 0
+	if blocked {
+		return
+	}
+	// A group unsettled while refresh-attempt > 0 is unsettled by
+	// image-refresh's own unconfirmed rollout: R11 waits for it again under
+	// the next attempt, and changes decided now ride along in that attempt
+	// (as the seed's forced retry did), rather than R4 skipping it.
 	unfinished := d.p.Attempts > 0
 	if !settled && !unfinished {
 		// R4: not settled, and not because of our own rollout.
 		n := d.p.SkipStreak + 1
-		d.p.Bookkeeping.set(d.keys.SkipStreak(), ptr(strconv.Itoa(n)), d.ann)
+		if d.obs.SkipUncounted {
+			n = max(d.p.SkipStreak, 1)
+		} else {
+			d.p.Bookkeeping.set(d.keys.SkipStreak(), ptr(strconv.Itoa(n)), d.ann)
+		}
 		msg := fmt.Sprintf("group %s is not settled (%s); no change this tick (skip %d of %d)", g.Name, strings.Join(notSettled, "; "), n, d.s.MaxSkipTicks)
 		f := Finding{Severity: SeverityNote, Message: msg}
-		if n >= d.s.MaxSkipTicks {
+		if n >= d.s.MaxSkipTicks && !d.obs.SkipUncounted {
 			f = Finding{Severity: SeverityError, Reason: ReasonRefreshFrozen, NeedsHuman: true, Message: msg,
 				Remediation: "find why the rollout does not finish (kubectl rollout status), or raise maxSkipTicks"}
 		}
@@ -360,12 +405,13 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 		for i := range d.p.Rows {
 			if r := &d.p.Rows[i]; r.State == StateDrifted || r.State == StatePinned {
 				r.State, r.Message = StateNotSettled, msg
+				r.Remediation = f.Remediation
+				if r.Remediation == "" {
+					r.Remediation = "none needed yet: the next tick retries once the rollout finished"
+				}
 			}
 		}
 		return
-	}
-	if settled && d.p.SkipStreak > 0 {
-		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
 	}
 	if len(d.order) == 0 && !unfinished {
 		// Nothing to roll: a record whose targets already run it lands now.

@@ -128,6 +128,7 @@ const (
 	ReasonRefreshFrozen    = "RefreshFrozen"
 	ReasonStalePin         = "StalePin"
 	ReasonRefreshError     = "RefreshError"
+	ReasonRewriteFight     = "ImageRewriteFight"
 )
 
 // Finding is one thing the operator is told. Non-benign findings

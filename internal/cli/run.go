@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/controller"
+	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/poller"
+)
+
+// runOptions are the flags of `run`.
+type runOptions struct {
+	common
+	pollInterval   time.Duration
+	pollJitter     float64
+	metricsAddr    string
+	healthAddr     string
+	leaderElect    bool
+	leaderNS       string
+	leaseDuration  time.Duration
+	fightMaxRounds int
+	fightWindow    time.Duration
+	workers        int
+}
+
+func newRun() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run --config FILE [--kubeconfig FILE] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--log-format text|json]",
+		Short: "Run as a controller: re-pin a revert within seconds, poll the registry on an interval",
+		Long: `run watches the configured workloads and re-pins a write that takes a target off
+its recorded digest as soon as the API server reports it (C1), under the same
+guards as tick (settled guard, attempts and lockout, registry gate). It asks the
+registry once per repository:tag per poll interval, with jitter and backoff
+(C2). With --leader-elect several replicas are safe: one acts (a Lease) (C3).
+/healthz and /readyz are served on --health-addr, Prometheus /metrics on
+--metrics-addr (C4). A target another writer rewrites right after each re-pin
+is left alone after a few rounds and reported (C5). SIGTERM stops it cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+	}
+	o.bind(cmd)
+	f := cmd.Flags()
+	f.DurationVar(&o.pollInterval, "poll-interval", 5*time.Minute, "how often each repository:tag is resolved in the registry (also the resync period of every group)")
+	f.Float64Var(&o.pollJitter, "poll-jitter", 0.1, "random spread of the poll interval, as a fraction of it (0..0.5)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz; 0 disables them")
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect one active replica through a Lease (run several replicas safely)")
+	f.StringVar(&o.leaderNS, "leader-election-namespace", "", "namespace of the Lease; default: the pod's namespace when in a cluster")
+	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a replica waits before taking over from a leader that stopped renewing")
+	f.IntVar(&o.fightMaxRounds, "fight-max-repins", 3, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (C5)")
+	f.DurationVar(&o.fightWindow, "fight-window", 10*time.Minute, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
+	f.IntVar(&o.workers, "workers", 4, "groups reconciled in parallel")
+	return cmd
+}
+
+func (o *runOptions) validate() error {
+	switch {
+	case o.pollInterval <= 0:
+		return invalid("--poll-interval must be positive, got %s", o.pollInterval)
+	case o.pollJitter < 0 || o.pollJitter > 0.5:
+		return invalid("--poll-jitter must be within 0..0.5, got %v", o.pollJitter)
+	case o.fightMaxRounds < 1:
+		return invalid("--fight-max-repins must be at least 1, got %d", o.fightMaxRounds)
+	case o.fightWindow <= 0:
+		return invalid("--fight-window must be positive, got %s", o.fightWindow)
+	case o.workers < 1:
+		return invalid("--workers must be at least 1, got %d", o.workers)
+	case o.leaseDuration < 2*time.Second:
+		return invalid("--leader-election-lease-duration must be at least 2s, got %s", o.leaseDuration)
+	}
+	return nil
+}
+
+func (o *runOptions) run(cmd *cobra.Command) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	cfg, _, err := o.load()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cmd.ErrOrStderr(), o.logFormat)
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	m := metrics.NewOn(ctrlmetrics.Registry, ctrlmetrics.Registry)
+	r, err := o.runner(cfg, log, m)
+	if err != nil {
+		return err
+	}
+	rc, err := o.restConfig()
+	if err != nil {
+		return err
+	}
+	rc.QPS, rc.Burst = 50, 100
+	p := &poller.Poller{
+		Interval: o.pollInterval, Jitter: o.pollJitter,
+		Resolve: func(ctx context.Context, img config.Image) (string, error) {
+			return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
+		},
+	}
+	c := controller.New(r, p, o.pollInterval, o.fightMaxRounds, o.fightWindow)
+
+	namespaces := map[string]cache.Config{}
+	for _, ns := range controller.Namespaces(cfg) {
+		namespaces[ns] = cache.Config{}
+	}
+	renew, retry := o.leaseDuration*2/3, o.leaseDuration/5
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+		Scheme:                        scheme.Scheme,
+		Cache:                         cache.Options{DefaultNamespaces: namespaces},
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.healthAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "image-refresh",
+		LeaderElectionNamespace:       o.leaderNS,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &renew,
+		RetryPeriod:                   &retry,
+		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
+	})
+	if err != nil {
+		return fmt.Errorf("start the controller manager: %w", err)
+	}
+	if err := c.SetupWithManager(mgr, o.workers); err != nil {
+		return err
+	}
+	var synced atomic.Bool
+	if err := mgr.Add(cacheSynced{mgr: mgr, synced: &synced}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("cache-synced", func(*http.Request) error {
+		if !synced.Load() {
+			return errors.New("informer caches not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	log.Info("image-refresh controller starting", "version", Version, "groups", len(cfg.Groups),
+		"pollInterval", o.pollInterval.String(), "leaderElect", o.leaderElect)
+	if err := mgr.Start(cmd.Context()); err != nil {
+		return fmt.Errorf("controller stopped: %w", err)
+	}
+	log.Info("image-refresh controller stopped")
+	return nil
+}
+
+// cacheSynced flips synced once the informer caches have synced (/readyz).
+type cacheSynced struct {
+	mgr    ctrl.Manager
+	synced *atomic.Bool
+}
+
+func (c cacheSynced) Start(ctx context.Context) error {
+	if c.mgr.GetCache().WaitForCacheSync(ctx) {
+		c.synced.Store(true)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (cacheSynced) NeedLeaderElection() bool { return false }
+
+func ptrDuration(d time.Duration) *time.Duration { return &d }

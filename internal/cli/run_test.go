@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// runningController is one `image-refresh run` running in-process.
+type runningController struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	code    int
+	mu      sync.Mutex
+	logs    bytes.Buffer
+	metrics string
+	health  string
+}
+
+func (c *runningController) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.logs.Write(p)
+}
+
+func (c *runningController) Logs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.logs.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startRun starts `image-refresh run` with the env's kubeconfig; it is
+// stopped (as by SIGTERM) when the test ends.
+func (e *env) startRun(cfg string, extra ...string) *runningController {
+	e.t.Helper()
+	c := &runningController{done: make(chan struct{}), metrics: freeAddr(e.t), health: freeAddr(e.t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	args := append([]string{"run", "--config", cfg, "--kubeconfig", e.kubeconfig,
+		"--metrics-addr", c.metrics, "--health-addr", c.health}, extra...)
+	root := NewRoot(io.Discard, c)
+	root.SetArgs(args)
+	go func() {
+		defer close(c.done)
+		err := root.ExecuteContext(ctx)
+		if err != nil {
+			fmt.Fprintln(c, "image-refresh:", err)
+		}
+		c.code = ExitCode(err)
+	}()
+	e.t.Cleanup(func() {
+		c.stop(e.t)
+		if e.t.Failed() {
+			e.t.Logf("controller logs:\n%s", c.Logs())
+		}
+	})
+	return c
+}
+
+// stop cancels the controller's context, as SIGTERM does, and waits.
+func (c *runningController) stop(t *testing.T) time.Duration {
+	start := time.Now()
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("controller did not stop within 30 s of SIGTERM")
+	}
+	return time.Since(start)
+}
+
+// eventually polls cond every 50 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < timeout {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s", what, timeout)
+	return 0
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestRun_C1_RevertIsRepinnedWithinSeconds(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg) // recorded and pinned by ticks first
+	pinned := e.repo("api") + ":prod@" + digest
+
+	ctl := e.startRun(cfg, "--poll-interval", "1h")
+	eventually(t, 30*time.Second, "controller ready", func() bool {
+		code, _ := get("http://" + ctl.health + "/readyz")
+		return code == 200
+	})
+	time.Sleep(500 * time.Millisecond) // let the first pass finish
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	took := eventually(t, 10*time.Second, "revert re-pinned", func() bool { return e.image("requests-proxy", "proxy") == pinned })
+	t.Logf("revert re-pinned %s after the reverting write settled", took.Round(time.Millisecond))
+	eventually(t, 10*time.Second, "Repinned event naming helm", func() bool {
+		return hasEvent(e.events("requests-proxy"), "Repinned", "helm")
+	})
+	_, body := get("http://" + ctl.metrics + "/metrics")
+	for _, want := range []string{"image_refresh_revert_repin_seconds_count", `image_refresh_repins_total{cause="revert",group="control-plane",image="api"}`, "image_refresh_target_on_digest"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if code, _ := get("http://" + ctl.health + "/healthz"); code != 200 {
+		t.Errorf("/healthz answered %d", code)
+	}
+	if d := ctl.stop(t); d > 10*time.Second || ctl.code != 0 {
+		t.Errorf("SIGTERM: stopped after %s with exit %d, want within a few seconds and 0", d, ctl.code)
+	}
+}
+
+func TestRun_C2_NewDigestReachesEveryTargetWithOneHeadPerInterval(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	const n = 20
+	var targets strings.Builder
+	testenv.Deployment(t, e.c.Client, e.ns, "anchor", testenv.WithContainer("app", tag), testenv.WithReplicas(1))
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("w%02d", i)
+		testenv.Deployment(t, e.c.Client, e.ns, name, testenv.WithContainer("app", tag), testenv.WithReplicas(1))
+		fmt.Fprintf(&targets, "          - {kind: Deployment, namespace: {{ns}}, name: %s, container: app}\n", name)
+	}
+	cfg := e.config(`groups:
+  - name: fleet
+    anchor: {kind: Deployment, namespace: {{ns}}, name: anchor}
+    images:
+      - name: api
+        repository: {{reg}}/acme/api
+        tag: prod
+        targets:
+` + targets.String())
+	e.tick(cfg) // first observation: recorded
+	ctl := e.startRun(cfg, "--poll-interval", "2s", "--poll-jitter", "0")
+	eventually(t, 60*time.Second, "every target pinned to the first digest", func() bool {
+		return strings.HasSuffix(e.image("w19", "app"), first) && strings.HasSuffix(e.image("w00", "app"), first)
+	})
+	next := e.push("api", "prod")
+	took := eventually(t, 60*time.Second, "every target on the new digest", func() bool {
+		for i := 0; i < n; i++ {
+			if !strings.HasSuffix(e.image(fmt.Sprintf("w%02d", i), "app"), next) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("new digest reached all %d targets %s after the push", n, took.Round(time.Millisecond))
+
+	e.reg.ResetRequests()
+	time.Sleep(6100 * time.Millisecond) // three intervals of 2 s
+	heads := e.reg.Count("HEAD", "/acme/api/manifests/prod")
+	if heads < 2 || heads > 4 {
+		t.Errorf("%d manifest HEADs in three poll intervals for %d targets of one repo:tag, want about 3", heads, n)
+	}
+	_ = ctl
+}
+
+func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	pinned := e.repo("api") + ":prod@" + digest
+	elect := []string{"--poll-interval", "1h", "--leader-elect", "--leader-election-namespace", e.ns, "--leader-election-lease-duration", "3s"}
+	a := e.startRun(cfg, elect...)
+	eventually(t, 30*time.Second, "a leader", func() bool {
+		l, err := e.c.Client.CoordinationV1().Leases(e.ns).Get(context.Background(), "image-refresh", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+	})
+	b := e.startRun(cfg, elect...)
+	time.Sleep(2 * time.Second)
+
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	eventually(t, 15*time.Second, "revert re-pinned by the leader", func() bool { return e.image("requests-proxy", "proxy") == pinned })
+	if strings.Contains(b.Logs(), "re-pinned") || strings.Contains(b.Logs(), "is not on the pinned digest") {
+		t.Errorf("the standby replica acted:\n%s", b.Logs())
+	}
+
+	a.stop(t) // the leader goes away; it releases the Lease
+	e.setImageAs("helm", "Deployment", "jobs-manager", "api", e.repo("api")+":prod")
+	took := eventually(t, 30*time.Second, "the other replica takes over and re-pins", func() bool { return e.image("jobs-manager", "api") == pinned })
+	t.Logf("standby took over and re-pinned in %s", took.Round(time.Millisecond))
+}
+
+func TestRun_C5_AWriterThatRewritesEveryRepinIsLeftAloneAfterAFewRounds(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	pinned := e.repo("api") + ":prod@" + digest
+	ctl := e.startRun(cfg, "--poll-interval", "1h", "--fight-max-repins", "3", "--fight-window", "1m")
+	time.Sleep(time.Second)
+
+	// Another controller that puts the tag back right after every re-pin.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	rewrites := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		patch := []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"proxy","image":%q}]}}}}`, e.repo("api")+":prod"))
+		for ctx.Err() == nil {
+			d, err := e.c.Client.AppsV1().Deployments(e.ns).Get(ctx, "requests-proxy", metav1.GetOptions{})
+			if err == nil && d.Spec.Template.Spec.Containers[0].Image == pinned {
+				if _, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(ctx, "requests-proxy", types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "rogue-controller"}); err == nil {
+					rewrites++
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	eventually(t, 60*time.Second, "the fight is reported", func() bool {
+		return hasEvent(e.events("jobs-manager"), "ImageRewriteFight", "rogue-controller")
+	})
+	time.Sleep(3 * time.Second)
+	stop()
+	<-done
+	repins := strings.Count(ctl.Logs(), "requests-proxy container proxy is not on the pinned digest")
+	if repins < 3 || repins > 4 {
+		t.Errorf("%d re-pins against a writer that rewrote %d times, want the bound (3)", repins, rewrites)
+	}
+}

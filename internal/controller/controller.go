@@ -1,0 +1,247 @@
+// Package controller is `image-refresh run`: a controller-runtime manager
+// that watches the managed workloads and re-pins a revert within seconds
+// (C1), polls the registry once per repository:tag per interval (C2), acts
+// only as the elected leader (C3), serves probes and metrics (C4) and stops
+// fighting a writer that keeps rewriting a target (C5). Every decision goes
+// through the same engine as `tick` (internal/reconcile, internal/refresh).
+package controller
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/poller"
+	irreconcile "github.com/image-refresh/image-refresh/internal/reconcile"
+	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/state"
+)
+
+// Controller reconciles one group per request (the request's Name is the
+// group name).
+type Controller struct {
+	Runner *irreconcile.Runner
+	Poller *poller.Poller
+	// Resync re-runs every group at least this often, as a tick would.
+	Resync time.Duration
+	Fights fights
+
+	groups   map[string]config.Group
+	byObject map[types.NamespacedName][]string // workload → group names
+
+	mu       sync.Mutex
+	queue    workqueue.TypedRateLimitingInterface[reconcile.Request]
+	reverted map[config.Workload]time.Time // when a write that changed images was observed
+	skipped  map[string]time.Time          // when a group's skip streak last counted
+}
+
+// New builds a Controller for a validated config.
+func New(r *irreconcile.Runner, p *poller.Poller, resync time.Duration, maxRounds int, window time.Duration) *Controller {
+	c := &Controller{
+		Runner: r, Poller: p, Resync: resync,
+		Fights:   fights{MaxRounds: maxRounds, Window: window},
+		groups:   map[string]config.Group{},
+		byObject: map[types.NamespacedName][]string{},
+		reverted: map[config.Workload]time.Time{},
+		skipped:  map[string]time.Time{},
+	}
+	for _, g := range r.Config.Groups {
+		c.groups[g.Name] = g
+		for _, w := range g.Workloads() {
+			key := types.NamespacedName{Namespace: w.Namespace, Name: string(w.Kind) + "/" + w.Name}
+			c.byObject[key] = appendOnce(c.byObject[key], g.Name)
+		}
+		for _, img := range g.Images {
+			p.Add(img)
+		}
+	}
+	p.OnChange = c.registryChanged
+	r.OnRepin = c.repinned
+	return c
+}
+
+// Namespaces lists the namespaces the config names: the only ones watched.
+func Namespaces(cfg *config.Config) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, g := range cfg.Groups {
+		for _, w := range g.Workloads() {
+			if !seen[w.Namespace] {
+				seen[w.Namespace] = true
+				out = append(out, w.Namespace)
+			}
+		}
+	}
+	return out
+}
+
+// SetupWithManager registers the watches: the three workload kinds (in the
+// configured namespaces only, see the manager's cache options), filtered to
+// the named workloads, plus the poller's changes.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
+	preds := builder.WithPredicates(predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return true },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return true },
+		UpdateFunc:  c.interesting,
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	})
+	b := ctrl.NewControllerManagedBy(mgr).Named("image-refresh").
+		// Several managers in one process (tests) register the same name.
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, SkipNameValidation: ptrBool(true)})
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.DaemonSet{}, &appsv1.StatefulSet{}} {
+		kind := kindOf(obj)
+		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return c.requestsFor(kind, o)
+		}), preds)
+	}
+	b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		c.mu.Lock()
+		c.queue = q
+		c.mu.Unlock()
+		for name := range c.groups {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+		return nil
+	}))
+	if err := b.Complete(c); err != nil {
+		return err
+	}
+	// The poller asks the registry only while this replica leads (C3).
+	return mgr.Add(leaderRunnable(c.Poller.Run))
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *appsv1.DaemonSet:
+		return "DaemonSet"
+	}
+	return "StatefulSet"
+}
+
+func (c *Controller) requestsFor(kind string, o client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, g := range c.byObject[types.NamespacedName{Namespace: o.GetNamespace(), Name: kind + "/" + o.GetName()}] {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: g}})
+	}
+	return reqs
+}
+
+// Reconcile runs one pass over one group, exactly as a tick does.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	g, ok := c.groups[req.Name]
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	// R4's skip streak counts intervals, not watch events.
+	c.mu.Lock()
+	last, counted := c.skipped[g.Name]
+	c.mu.Unlock()
+	uncounted := counted && time.Since(last) < c.Resync*9/10
+	plan := c.Runner.Group(ctx, g, c.Poller, irreconcile.GroupOptions{Fights: c.Fights.active(time.Now()), SkipUncounted: uncounted})
+	if _, wrote := plan.Bookkeeping.Set[state.Keys{Prefix: c.Runner.Config.AnnotationPrefix}.SkipStreak()]; wrote {
+		c.mu.Lock()
+		c.skipped[g.Name] = time.Now()
+		c.mu.Unlock()
+	}
+	for _, f := range plan.Findings {
+		if f.Reason == refresh.ReasonRewriteFight && c.Runner.Metrics != nil && f.Target != nil {
+			c.Runner.Metrics.Fights.WithLabelValues(g.Name, f.Image, writerOf(f.Message)).Inc()
+		}
+	}
+	return reconcile.Result{RequeueAfter: c.Resync}, nil
+}
+
+// registryChanged enqueues every group that uses repository:tag key.
+func (c *Controller) registryChanged(key string) {
+	c.mu.Lock()
+	q := c.queue
+	c.mu.Unlock()
+	if q == nil {
+		return
+	}
+	for name, g := range c.groups {
+		for _, img := range g.Images {
+			if poller.Key(img) == key {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+				break
+			}
+		}
+	}
+}
+
+// observedRevert stamps when a write that changed a workload's images was
+// seen, for image_refresh_revert_repin_seconds.
+func (c *Controller) observedRevert(o client.Object) {
+	w := config.Workload{Kind: config.Kind(kindOf(o)), Namespace: o.GetNamespace(), Name: o.GetName()}
+	c.mu.Lock()
+	c.reverted[w] = time.Now()
+	c.mu.Unlock()
+}
+
+// repinned is called right after a re-pin write landed.
+func (c *Controller) repinned(group string, wc refresh.WorkloadChange) {
+	now := time.Now()
+	c.mu.Lock()
+	seen, ok := c.reverted[wc.Workload]
+	delete(c.reverted, wc.Workload)
+	c.mu.Unlock()
+	for _, ic := range wc.Images {
+		if ic.Cause != refresh.CauseRevert {
+			continue
+		}
+		t := config.Target{Kind: wc.Workload.Kind, Namespace: wc.Workload.Namespace, Name: wc.Workload.Name, Container: ic.Container}
+		c.Fights.repinned(t, ic.WrittenBy(), now)
+		if ok && c.Runner.Metrics != nil {
+			c.Runner.Metrics.RevertRepin.Observe(now.Sub(seen).Seconds())
+		}
+	}
+}
+
+func (c *Controller) isStateKey(k string) bool {
+	return strings.HasPrefix(k, c.Runner.Config.AnnotationPrefix+"/")
+}
+
+func writerOf(msg string) string {
+	const p = "the environment rewrites image references: "
+	if i := strings.Index(msg, p); i >= 0 {
+		rest := msg[i+len(p):]
+		if j := strings.Index(rest, " rewrote "); j >= 0 {
+			return rest[:j]
+		}
+	}
+	return "unknown"
+}
+
+func appendOnce(list []string, s string) []string {
+	for _, v := range list {
+		if v == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// leaderRunnable runs fn only on the elected leader.
+type leaderRunnable func(context.Context)
+
+func (f leaderRunnable) Start(ctx context.Context) error { f(ctx); return nil }
+func (leaderRunnable) NeedLeaderElection() bool          { return true }
+
+func ptrBool(b bool) *bool { return &b }

@@ -1,0 +1,71 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// podSpec returns a workload's pod template spec, or nil for other types.
+func podSpec(o client.Object) *corev1.PodSpec {
+	switch w := o.(type) {
+	case *appsv1.Deployment:
+		return &w.Spec.Template.Spec
+	case *appsv1.DaemonSet:
+		return &w.Spec.Template.Spec
+	case *appsv1.StatefulSet:
+		return &w.Spec.Template.Spec
+	}
+	return nil
+}
+
+func settled(o client.Object) bool {
+	switch w := o.(type) {
+	case *appsv1.Deployment:
+		return workload.DeploymentSettled(w).Settled
+	case *appsv1.DaemonSet:
+		return workload.DaemonSetSettled(w).Settled
+	case *appsv1.StatefulSet:
+		return workload.StatefulSetSettled(w).Settled
+	}
+	return false
+}
+
+func imagesChanged(oldObj, newObj client.Object) bool {
+	o, n := podSpec(oldObj), podSpec(newObj)
+	if o == nil || n == nil || len(o.Containers) != len(n.Containers) {
+		return true
+	}
+	for i := range o.Containers {
+		if o.Containers[i].Name != n.Containers[i].Name || o.Containers[i].Image != n.Containers[i].Image {
+			return true
+		}
+	}
+	return false
+}
+
+// interesting decides which watch events start a reconcile. Not every
+// status update: a stuck rollout would otherwise burn an attempt per event
+// instead of per interval (R10). It reacts to
+//   - an image change (a revert to re-pin within seconds, C1),
+//   - a workload that became settled (an unconfirmed rollout to confirm),
+//   - a state annotation removed (a rearm, R18),
+//   - creation and deletion.
+func (c *Controller) interesting(e event.UpdateEvent) bool {
+	switch {
+	case imagesChanged(e.ObjectOld, e.ObjectNew):
+		c.observedRevert(e.ObjectNew)
+		return true
+	case !settled(e.ObjectOld) && settled(e.ObjectNew):
+		return true
+	}
+	for k := range e.ObjectOld.GetAnnotations() {
+		if _, still := e.ObjectNew.GetAnnotations()[k]; !still && c.isStateKey(k) {
+			return true
+		}
+	}
+	return false
+}

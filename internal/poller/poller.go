@@ -1,0 +1,211 @@
+// Package poller asks the registry for the digest of every distinct
+// repository:tag on an interval with jitter — once per interval however many
+// groups and targets use it — backing off on failure and honouring
+// Retry-After (SPEC C2). The controller reads its answers instead of
+// calling the registry on every reconcile.
+package poller
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/registry"
+)
+
+// Resolve asks the registry once; the poller calls it.
+type Resolve func(ctx context.Context, img config.Image) (string, error)
+
+// Poller keeps the latest answer for each repository:tag.
+type Poller struct {
+	Interval time.Duration
+	Jitter   float64 // fraction of Interval, e.g. 0.1
+	// MinBackoff is the first retry delay after a failure; it doubles up to
+	// Interval.
+	MinBackoff time.Duration
+	Resolve    Resolve
+	// OnChange is called with the key ("repository:tag") whose answer changed
+	// (a new digest, or a failure starting or ending).
+	OnChange func(key string)
+	Now      func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	wake    chan struct{}
+}
+
+type entry struct {
+	img      config.Image
+	res      refresh.Resolution
+	polled   bool
+	next     time.Time
+	failures int
+	inflight chan struct{} // closed when the running poll ends
+}
+
+// Key names an image's repository:tag.
+func Key(img config.Image) string { return img.Repository + ":" + img.Tag }
+
+// Add registers images to poll (duplicates by repository:tag are merged).
+func (p *Poller) Add(imgs ...config.Image) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.entries == nil {
+		p.entries = map[string]*entry{}
+	}
+	for _, img := range imgs {
+		if _, ok := p.entries[Key(img)]; !ok {
+			p.entries[Key(img)] = &entry{img: img}
+		}
+	}
+}
+
+// Latest returns the last answer for img; before the first poll it polls
+// once synchronously. It satisfies reconcile.Latest.
+func (p *Poller) Latest(ctx context.Context, img config.Image, _ func() authn.Keychain) refresh.Resolution {
+	p.mu.Lock()
+	e, ok := p.entries[Key(img)]
+	polled := ok && e.polled
+	var res refresh.Resolution
+	if polled {
+		res = e.res
+	}
+	p.mu.Unlock()
+	if !ok {
+		p.Add(img)
+	}
+	if polled {
+		return res
+	}
+	return p.poll(ctx, Key(img))
+}
+
+// Run polls every due entry until ctx ends.
+func (p *Poller) Run(ctx context.Context) {
+	p.mu.Lock()
+	if p.wake == nil {
+		p.wake = make(chan struct{}, 1)
+	}
+	p.mu.Unlock()
+	for {
+		next := p.pollDue(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		case <-p.wake:
+		}
+	}
+}
+
+// pollDue polls each entry whose time has come and returns when the next
+// one is due.
+func (p *Poller) pollDue(ctx context.Context) time.Time {
+	now := p.now()
+	var due []string
+	next := now.Add(p.Interval)
+	p.mu.Lock()
+	for k, e := range p.entries {
+		if !e.polled || !e.next.After(now) {
+			due = append(due, k)
+		} else if e.next.Before(next) {
+			next = e.next
+		}
+	}
+	p.mu.Unlock()
+	for _, k := range due {
+		if ctx.Err() != nil {
+			break
+		}
+		p.poll(ctx, k)
+		p.mu.Lock()
+		if t := p.entries[k].next; t.Before(next) {
+			next = t
+		}
+		p.mu.Unlock()
+	}
+	return next
+}
+
+// poll asks the registry for one key and schedules the next ask: the
+// interval with jitter after a success; after a failure the larger of the
+// exponential backoff and the registry's Retry-After.
+func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
+	p.mu.Lock()
+	e := p.entries[key]
+	if wait := e.inflight; wait != nil {
+		// One ask at a time per key: share the running one.
+		p.mu.Unlock()
+		<-wait
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return e.res
+	}
+	done := make(chan struct{})
+	e.inflight = done
+	img := e.img
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		e.inflight = nil
+		p.mu.Unlock()
+		close(done)
+	}()
+
+	d, err := p.Resolve(ctx, img)
+	res := refresh.Resolution{Digest: d, Err: err}
+
+	p.mu.Lock()
+	changed := !e.polled || e.res.Digest != res.Digest || (e.res.Err == nil) != (res.Err == nil)
+	e.res, e.polled = res, true
+	if err == nil {
+		e.failures = 0
+		e.next = p.now().Add(p.jittered())
+	} else {
+		e.failures++
+		e.next = p.now().Add(p.backoff(e.failures, err))
+	}
+	p.mu.Unlock()
+	if changed && p.OnChange != nil {
+		p.OnChange(key)
+	}
+	return res
+}
+
+func (p *Poller) jittered() time.Duration {
+	if p.Jitter <= 0 {
+		return p.Interval
+	}
+	f := 1 + p.Jitter*(2*rand.Float64()-1)
+	return time.Duration(float64(p.Interval) * f)
+}
+
+func (p *Poller) backoff(failures int, err error) time.Duration {
+	min := p.MinBackoff
+	if min <= 0 {
+		min = 5 * time.Second
+	}
+	d := min
+	for i := 1; i < failures && d < p.Interval; i++ {
+		d *= 2
+	}
+	if d > p.Interval {
+		d = p.Interval
+	}
+	if re := registry.Classify(err); re != nil && re.RetryAfter > d {
+		d = re.RetryAfter
+	}
+	return d
+}
+
+func (p *Poller) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
