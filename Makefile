@@ -9,7 +9,7 @@ GO ?= go
 LOCALCLUSTER := bin/localcluster
 FUZZTIME ?= 10s
 
-.PHONY: all build test vet fuzz cluster-bin cluster-up cluster-down cluster-node-down cluster-node-up clean
+.PHONY: all build test vet fuzz demo cluster-bin cluster-up cluster-down cluster-node-down cluster-node-up clean
 
 all: build
 
@@ -24,6 +24,12 @@ vet:
 # kwok) are built once into $(CACHE)/cluster-<version>/ and reused.
 cluster-bin:
 	@hack/build-cluster.sh >/dev/null
+
+# The main job, narrated, on a local cluster and registry of its own (about
+# 2 minutes once the cluster binaries are built). KEEP=1 leaves the cluster
+# running in $(RUN_DIR); `make cluster-down` stops it.
+demo:
+	@bindir=$$(hack/build-cluster.sh) && KEEP="$(KEEP)" $(GO) run ./hack/demo -bin-dir "$$bindir" -run-dir "$(RUN_DIR)"
 
 test: cluster-bin vet
 	$(GO) test -race -count=1 -timeout 25m ./...

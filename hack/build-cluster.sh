@@ -2,7 +2,8 @@
 # Builds, once, the binaries of the local test cluster into a cache directory
 # outside the repository:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
-#   etcd (go.etcd.io/etcd/server/v3, the version kubernetes pins), kwok.
+#   etcd (go.etcd.io/etcd/server/v3, the version kubernetes pins), kwok,
+#   helm (helm.sh/helm/v4, for `make demo` and the chart tests).
 # Idempotent: a stamp file records what was built; nothing is rebuilt when it
 # matches. Prints the cache directory on stdout, progress on stderr.
 set -euo pipefail
@@ -19,15 +20,26 @@ die() { log "ERROR: $*"; exit 1; }
 
 command -v go >/dev/null || die "the go command is not on PATH; install Go 1.26 or newer"
 
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
+# Prints the cache directory and exits when everything is built already.
+exit_if_built() {
+  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 0
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl helm etcd kwok; do
     [[ -x "$cache/$b" ]] || die "stamp present but $cache/$b is missing; remove $stamp to rebuild"
   done
   echo "$cache"
   exit 0
-fi
+}
+exit_if_built
 
+# One build at a time (tests and `make demo` may start this concurrently):
+# whoever waited finds the stamp written and exits.
 mkdir -p "$cache"
+exec 9>"$cache/.lock"
+if command -v flock >/dev/null && ! flock -n 9; then
+  log "another build-cluster.sh is building into $cache; waiting for it"
+  flock 9
+  exit_if_built
+fi
 log "building cluster binaries into $cache (cold: about 10 minutes on 2 cores; later runs reuse them)"
 
 ldflags=""
@@ -52,6 +64,7 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build kubectl k8s.io/kubernetes/cmd/kubectl
+build helm helm.sh/helm/v4/cmd/helm
 
 start=$SECONDS
 log "  kwok: installing sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"

@@ -4,6 +4,7 @@ package imageref
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -20,6 +21,10 @@ type Reference struct {
 	// Digest is the text after '@', validated ("sha256:<64 lowercase hex>").
 	Digest string
 }
+
+// tagPattern is the distribution spec's tag grammar; the kubelet refuses
+// anything else.
+var tagPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
 // Parse splits and validates an image reference.
 func Parse(s string) (Reference, error) {
@@ -40,6 +45,9 @@ func Parse(s string) (Reference, error) {
 	if i := strings.LastIndexByte(rest, ':'); i > strings.LastIndexByte(rest, '/') {
 		ref.Tag = rest[i+1:]
 		rest = rest[:i]
+		if !tagPattern.MatchString(ref.Tag) {
+			return Reference{}, fmt.Errorf("image reference %q: tag %q does not match %s", s, ref.Tag, tagPattern)
+		}
 	}
 	if _, err := name.NewRepository(rest); err != nil {
 		return Reference{}, fmt.Errorf("image reference %q: repository %q: %w", s, rest, err)

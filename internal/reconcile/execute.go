@@ -41,11 +41,28 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 			return
 		}
 	}
+	rewrites := 0
 	for _, wc := range rp.Changes {
-		if err := r.apply(ctx, p, snap, wc); err != nil {
+		err := r.apply(ctx, p, snap, wc)
+		switch {
+		case errors.Is(err, workload.ErrRewritten):
+			// C5: the write landed and admission put another image back.
+			// Nothing rolls, so the attempt is released below; the finding
+			// is loud and names what happened.
+			rewrites++
+			p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn, Reason: refresh.ReasonRewriteFight, NeedsHuman: true,
+				Message:     fmt.Sprintf("the environment rewrites image references: %v", err),
+				Remediation: "a mutating admission webhook changes the image digest image-refresh writes: exempt these workloads from it, or let it keep the digest (rewriting only the registry prefix is fine)"})
+		case err != nil:
 			r.fail(p, "%v", err)
 			return
 		}
+	}
+	if rewrites > 0 && rewrites == len(rp.Changes) && !rp.AttemptWrite.Empty() {
+		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
+			r.fail(p, "release the attempt counter on %s after a rewritten re-pin: %v", p.Anchor, err)
+		}
+		return
 	}
 	for _, w := range rp.Wait {
 		st, err := r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
@@ -92,6 +109,12 @@ func (r *Runner) apply(ctx context.Context, p *refresh.Plan, snap Snapshot, wc r
 		changes = append(changes, workload.ImageChange{Container: c.Container, From: c.From, To: c.To})
 	}
 	if _, err := r.Workloads.SetImages(ctx, obj, changes); err != nil {
+		if errors.Is(err, workload.ErrRewritten) {
+			if r.OnRepin != nil {
+				r.OnRepin(p.Group, wc) // counts toward the fight bound (C5)
+			}
+			return err
+		}
 		if errors.Is(err, workload.ErrChanged) {
 			return fmt.Errorf("%s changed after it was read; nothing re-imaged there, the next tick decides again: %w", wc.Workload, err)
 		}

@@ -417,6 +417,9 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 		// Nothing to roll: a record whose targets already run it lands now.
 		for k, v := range d.pending.Set {
 			d.p.Bookkeeping.set(k, v, d.ann)
+			if v != nil && strings.Contains(k, "/last-refreshed-") {
+				d.find(Finding{Severity: SeverityInfo, Message: fmt.Sprintf("recorded %s=%s: every target already runs it", k, *v)})
+			}
 		}
 		return
 	}

@@ -29,6 +29,9 @@ var (
 	// test operation of a patch failed, the API server answered 409, or an
 	// expected annotation differs. Re-read and decide again.
 	ErrChanged = errors.New("workload changed since it was read")
+	// ErrRewritten means the write landed but the API server stored another
+	// image: a mutating admission webhook rewrote it (C5).
+	ErrRewritten = errors.New("the image was rewritten on admission")
 
 	// ErrUnsupportedKind means a Ref names a kind other than Deployment,
 	// DaemonSet or StatefulSet: a configuration error (R19).

@@ -8,6 +8,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/internal/imageref"
 )
 
 // ImageChange re-images one container: From is the image the caller read,
@@ -54,9 +56,9 @@ func (c *Client) SetImages(ctx context.Context, obj *Object, changes []ImageChan
 	if err != nil {
 		return false, fmt.Errorf("set images of %s: %w", ref, err)
 	}
-	_, err = c.patch(ctx, ref, types.JSONPatchType, data)
+	stored, err := c.patch(ctx, ref, types.JSONPatchType, data)
 	if err == nil {
-		return true, nil
+		return true, rewritten(stored, changes)
 	}
 	if c.changedSince(ctx, obj, changes, err) {
 		return false, fmt.Errorf("set images of %s: %w: %w", ref, ErrChanged, err)
@@ -125,4 +127,21 @@ func (c *Client) changedSince(ctx context.Context, obj *Object, changes []ImageC
 		}
 	}
 	return false
+}
+
+// rewritten checks what the API server stored: a mutating admission webhook
+// may have changed the image on the way in. Only the digest part counts
+// (R7): a mirror webhook that rewrites the registry prefix keeps it.
+func rewritten(stored *Object, changes []ImageChange) error {
+	if stored == nil {
+		return nil
+	}
+	var errs []error
+	for _, ch := range changes {
+		c, ok := stored.Container(ch.Container)
+		if ok && imageref.DigestOf(c.Image) != imageref.DigestOf(ch.To) {
+			errs = append(errs, fmt.Errorf("%w: container %s of %s was written as %s and stored as %s", ErrRewritten, ch.Container, stored.Ref, ch.To, c.Image))
+		}
+	}
+	return errors.Join(errs...)
 }

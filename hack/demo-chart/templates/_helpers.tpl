@@ -1,0 +1,3 @@
+{{- define "acme.podAnnotations" -}}
+acme.example/revision: {{ .Values.revision | quote }}
+{{- end -}}

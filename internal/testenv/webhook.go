@@ -1,0 +1,121 @@
+package testenv
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// PatchOp is one JSON patch operation a test webhook answers with.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// Mutate decides a test webhook's patch for one admitted object (raw JSON).
+type Mutate func(object []byte) []PatchOp
+
+// MutatingWebhook serves a real mutating admission webhook on 127.0.0.1
+// with a self-signed certificate and registers it with the API server
+// (MutatingWebhookConfiguration with the CA bundle) for apps/v1
+// Deployments, DaemonSets and StatefulSets in namespace ns. It returns a
+// counter of the requests it answered. Everything is removed at cleanup.
+func MutatingWebhook(t testing.TB, client kubernetes.Interface, ns string, mutate Mutate) *atomic.Int64 {
+	t.Helper()
+	cert, caPEM := selfSigned(t)
+	var calls atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/mutate", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+		if ops := mutate(review.Request.Object.Raw); len(ops) > 0 {
+			patch, _ := json.Marshal(ops)
+			pt := admissionv1.PatchTypeJSONPatch
+			resp.Patch, resp.PatchType = patch, &pt
+		}
+		review.Response, review.Request = resp, nil
+		_ = json.NewEncoder(w).Encode(review)
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	url := "https://" + l.Addr().String() + "/mutate"
+	none := admissionregistrationv1.SideEffectClassNone
+	fail := admissionregistrationv1.Ignore
+	timeout := int32(5)
+	name := "test-" + ns
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "test.image-refresh.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "daemonsets", "statefulsets"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			SideEffects:             &none,
+			FailurePolicy:           &fail,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(context.Background(), cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = srv.Close()
+	})
+	return &calls
+}
+
+func selfSigned(t testing.TB) (tls.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	pair, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair, certPEM
+}
