@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -257,5 +258,87 @@ func TestRun_C5_AWriterThatRewritesEveryRepinIsLeftAloneAfterAFewRounds(t *testi
 	repins := strings.Count(ctl.Logs(), "requests-proxy container proxy is not on the pinned digest")
 	if repins < 3 || repins > 4 {
 		t.Errorf("%d re-pins against a writer that rewrote %d times, want the bound (3)", repins, rewrites)
+	}
+}
+
+// proxyImagePatch returns a webhook patch that sets requests-proxy's proxy
+// container image with rewrite, when rewrite changes it.
+func proxyImagePatch(rewrite func(image string) string) testenv.Mutate {
+	return func(raw []byte) []testenv.PatchOp {
+		var obj struct {
+			Metadata struct{ Name string } `json:"metadata"`
+			Spec     struct {
+				Template struct {
+					Spec struct {
+						Containers []struct{ Name, Image string } `json:"containers"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		if json.Unmarshal(raw, &obj) != nil || obj.Metadata.Name != "requests-proxy" {
+			return nil
+		}
+		for i, c := range obj.Spec.Template.Spec.Containers {
+			if c.Name == "proxy" {
+				if to := rewrite(c.Image); to != c.Image {
+					return []testenv.PatchOp{{Op: "replace", Path: fmt.Sprintf("/spec/template/spec/containers/%d/image", i), Value: to}}
+				}
+			}
+		}
+		return nil
+	}
+}
+
+func TestRun_C5_AWebhookThatRewritesTheDigestIsBoundedAndReported(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	// From now on a mutating webhook strips any digest from the proxy image.
+	calls := testenv.MutatingWebhook(t, e.c.Client, e.ns, proxyImagePatch(func(image string) string {
+		if i := strings.LastIndexByte(image, '@'); i >= 0 {
+			return image[:i]
+		}
+		return image
+	}))
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	if calls.Load() == 0 {
+		t.Fatal("the test webhook was not called by the API server")
+	}
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0", "--fight-max-repins", "3", "--fight-window", "1m")
+	eventually(t, 60*time.Second, "an ImageRewriteFight event", func() bool {
+		return hasEvent(e.events("jobs-manager"), "ImageRewriteFight", "rewrites image references")
+	})
+	time.Sleep(4 * time.Second) // four more intervals: the bound must hold
+	writes := strings.Count(ctl.Logs(), "was written as "+e.repo("api")+":prod@"+digest)
+	if writes < 1 || writes > 3 {
+		t.Errorf("%d re-pin writes against a digest-rewriting webhook, want at most --fight-max-repins (3)", writes)
+	}
+	if a := e.annotations("jobs-manager"); a[e.key("refresh-attempt")] != "" {
+		t.Errorf("a rewritten re-pin left refresh-attempt=%q: nothing rolled, so no attempt may count", a[e.key("refresh-attempt")])
+	}
+}
+
+func TestRun_R7_AMirrorWebhookCausesNoFight(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(seedShape)
+	e.pinAll(cfg)
+	// A mirror webhook rewrites the registry prefix, keeping tag and digest.
+	testenv.MutatingWebhook(t, e.c.Client, e.ns, proxyImagePatch(func(image string) string {
+		return strings.Replace(image, e.reg.Host()+"/", "mirror.local/", 1)
+	}))
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod@"+digest)
+	if got := e.image("requests-proxy", "proxy"); !strings.HasPrefix(got, "mirror.local/") {
+		t.Fatalf("the mirror webhook did not run: %s", got)
+	}
+	rv := e.deployment("requests-proxy").ResourceVersion
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	time.Sleep(5 * time.Second)
+	if got := e.deployment("requests-proxy").ResourceVersion; got != rv {
+		t.Errorf("a prefix-only rewrite was fought: requests-proxy written (rv %s -> %s)", rv, got)
+	}
+	if strings.Contains(ctl.Logs(), "rewrites image references") {
+		t.Errorf("a mirror webhook was reported as a fight:\n%s", ctl.Logs())
 	}
 }

@@ -20,6 +20,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -92,6 +94,27 @@ func MutatingWebhook(t testing.TB, client kubernetes.Interface, ns string, mutat
 		_ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = srv.Close()
 	})
+	// The API server picks a new configuration up asynchronously: probe with
+	// dry-run creates until the webhook answers, so the caller's next write
+	// goes through it.
+	probe := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "probe"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "probe"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe.invalid/probe:v1"}}},
+			},
+		},
+	}
+	for deadline := time.Now().Add(20 * time.Second); calls.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the API server never called the test webhook")
+		}
+		_, _ = client.AppsV1().Deployments(ns).Create(context.Background(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		time.Sleep(100 * time.Millisecond)
+	}
+	calls.Store(0)
 	return &calls
 }
 
