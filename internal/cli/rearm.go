@@ -21,7 +21,7 @@ func newRearm() *cobra.Command {
 marker on the group's anchor, so that the next tick acts again. Every lockout
 message names this command. Fix what kept the rollout from settling first
 (a NotReady node, a crashing pod), or the group locks out again.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group == "" {
 				return invalid("--group is required")

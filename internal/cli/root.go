@@ -50,6 +50,14 @@ func ExitCode(err error) int {
 	return ExitNeedsHuman
 }
 
+// noArgs refuses positional arguments as invalid flags (exit 2).
+func noArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return &ExitError{Code: ExitInvalid, Err: err}
+	}
+	return nil
+}
+
 func invalid(format string, args ...any) error {
 	return &ExitError{Code: ExitInvalid, Err: fmt.Errorf(format, args...)}
 }
@@ -172,7 +180,7 @@ func newVersion() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintln(cmd.OutOrStdout(), "image-refresh", Version)
 			return nil

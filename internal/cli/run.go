@@ -51,7 +51,7 @@ registry once per repository:tag per poll interval, with jitter and backoff
 /healthz and /readyz are served on --health-addr, Prometheus /metrics on
 --metrics-addr (C4). A target another writer rewrites right after each re-pin
 is left alone after a few rounds and reported (C5). SIGTERM stops it cleanly.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	o.bind(cmd)

@@ -24,7 +24,7 @@ func newStatus() *cobra.Command {
 every (group, image, target), its state — pinned, drifted, first-observed,
 locked-out, not-settled, stale-pin, inert, unreadable or error — with the
 remediation for anything not pinned (docs/states/). It writes nothing.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
 				return invalid("-o: %q is not one of table, json", output)
@@ -70,14 +70,14 @@ func printRows(w io.Writer, rows []refresh.Row) {
 		if r.Recorded != "" {
 			digest = r.Recorded
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 14), trunc(r.Image, 14), trunc(shortTarget(r.Target), 24), r.State, shortDigest(digest))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 12), trunc(r.Image, 12), truncLeft(shortTarget(r.Target), 20), r.State, shortDigest(digest))
 	}
 	tw.Flush()
 	for _, r := range rows {
 		if r.State == refresh.StatePinned {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s/%s %s: %s\n", r.Group, r.Image, r.State, r.Target)
+		fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s/%s %s: %s", r.Group, r.Image, r.State, r.Target), 78, "  "))
 		fmt.Fprintf(w, "  %s\n", wrap(r.Message, 76, "  "))
 		if r.Remediation != "" {
 			fmt.Fprintf(w, "  fix: %s\n", wrap(r.Remediation, 71, "       "))
@@ -125,19 +125,28 @@ func show(v *string) string {
 }
 
 func shortTarget(t string) string {
-	// "Deployment ns/name container c" -> "ns/name/c"
+	// "Deployment ns/name container c" -> "name/c": the namespace is in the
+	// detail lines; the table must fit 80 columns.
 	f := strings.Fields(t)
 	if len(f) == 4 {
-		return f[1] + "/" + f[3]
+		return f[1][strings.IndexByte(f[1], '/')+1:] + "/" + f[3]
 	}
 	return t
 }
 
 func shortDigest(d string) string {
-	if i := strings.IndexByte(d, ':'); i >= 0 && len(d) > i+13 {
-		return d[:i+13]
+	if i := strings.IndexByte(d, ':'); i >= 0 && len(d) > i+8 {
+		return d[:i+8]
 	}
 	return d
+}
+
+// truncLeft keeps the end of s, where a target's name and container are.
+func truncLeft(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-(n-1):]
 }
 
 func trunc(s string, n int) string {
@@ -150,7 +159,15 @@ func trunc(s string, n int) string {
 func wrap(s string, width int, indent string) string {
 	var b strings.Builder
 	line := 0
-	for i, word := range strings.Fields(s) {
+	var words []string
+	for _, word := range strings.Fields(s) {
+		// A word longer than a line (a long reference) is cut into pieces.
+		for len(word) > width {
+			words, word = append(words, word[:width]), word[width:]
+		}
+		words = append(words, word)
+	}
+	for i, word := range words {
 		if i > 0 && line+1+len(word) > width {
 			b.WriteString("\n" + indent)
 			line = 0

@@ -27,7 +27,7 @@ Exit codes:
   1  a group needs a human: lockout, a streak ceiling reached, a stale operator
      pin, an API error, a misconfiguration found at run time
   2  the config or the flags are invalid; nothing was read or written`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, _, err := c.load()
 			if err != nil {

@@ -196,7 +196,7 @@ func (d *decision) image(img config.Image) {
 	}
 	if !hasRecord {
 		d.p.Bookkeeping.set(recKey, ptr(latest), d.ann)
-		msg := "first observation: recorded the registry's digest; targets not touched"
+		msg := "first observation: the registry's digest is recorded, no target touched"
 		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf("%s %s:%s → %s", msg, img.Repository, img.Tag, latest)})
 		for _, t := range img.Targets {
 			d.row(img, t, StateFirstObserved, msg, "")

@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// opsGroup is a group whose image api-db the operator pinned (R2).
+const opsGroup = `  - name: ops
+    anchor: {kind: Deployment, namespace: {{ns}}, name: legacy}
+    images:
+      - name: db
+        repository: {{reg}}/acme/db
+        tag: prod
+        pinnedDigest: {{pin}}
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: legacy, container: db}
+`
+
+// freshGroup is a group no tick has seen yet.
+const freshGroup = `  - name: fresh
+    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
+    images:
+      - name: web
+        repository: {{reg}}/acme/web
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}
+`
+
+func TestStatus_ShowsEveryStateWithRemediation(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	oldDB := e.push("db", "prod")
+	latestDB := e.push("db", "prod")
+	webDigest := e.push("web", "prod")
+	testenv.Deployment(t, e.c.Client, e.ns, "legacy", testenv.WithContainer("db", e.repo("db")+":prod@"+oldDB), testenv.WithReplicas(1))
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", e.repo("web")+":prod"), testenv.WithReplicas(1))
+	e.settle("Deployment", "legacy")
+	e.settle("Deployment", "web")
+	ops := strings.ReplaceAll(opsGroup, "{{pin}}", oldDB)
+	tickCfg := e.config(seedShape + ops)
+	statusCfg := e.config(seedShape + ops + freshGroup)
+
+	// Before any tick every image is first observed (the stale pin is
+	// already known: it needs no record).
+	for _, r := range e.status(statusCfg) {
+		if r["group"] != "ops" && r["state"] != "first-observed" {
+			t.Errorf("fresh install: row %v, want state first-observed", r)
+		}
+	}
+
+	e.tick(tickCfg)
+	e.tick(tickCfg)
+	tag := e.repo("api") + ":prod"
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", tag)
+	rvs, events := e.resourceVersions(), e.ownEvents()
+
+	rows := e.status(statusCfg)
+	if len(rows) != 4 {
+		t.Fatalf("status -o json gave %d rows, want 4 (one per group, image and target): %v", len(rows), rows)
+	}
+	fields := []string{"group", "image", "repository", "tag", "latest", "recorded", "live", "state", "attempts", "skipStreak", "message"}
+	for _, r := range rows {
+		for _, f := range fields {
+			if _, ok := r[f]; !ok {
+				t.Errorf("row %v has no field %q", r, f)
+			}
+		}
+	}
+	for _, want := range []struct {
+		workload, container, group, image, state, latest, recorded, live string
+	}{
+		{"jobs-manager", "api", "control-plane", "api", "pinned", digest, digest, tag + "@" + digest},
+		{"requests-proxy", "proxy", "control-plane", "api", "drifted", digest, digest, tag},
+		{"legacy", "db", "ops", "db", "stale-pin", latestDB, "", e.repo("db") + ":prod@" + oldDB},
+		{"web", "web", "fresh", "web", "first-observed", webDigest, "", e.repo("web") + ":prod"},
+	} {
+		r := row(rows, want.workload, want.container)
+		if r == nil {
+			t.Errorf("no row for %s/%s in %v", want.workload, want.container, rows)
+			continue
+		}
+		check := map[string]string{"group": want.group, "image": want.image, "state": want.state,
+			"latest": want.latest, "recorded": want.recorded, "live": want.live, "tag": "prod"}
+		for f, v := range check {
+			if r[f] != v {
+				t.Errorf("%s/%s: %s = %v, want %q", want.workload, want.container, f, r[f], v)
+			}
+		}
+		if msg, _ := r["message"].(string); msg == "" {
+			t.Errorf("%s/%s: empty message", want.workload, want.container)
+		}
+		if want.state == "stale-pin" {
+			if rem, _ := r["remediation"].(string); !strings.Contains(rem, latestDB) {
+				t.Errorf("stale-pin row: remediation %q does not name the latest digest", rem)
+			}
+		}
+	}
+
+	// The table: 80 columns, and every row not pinned explained below it.
+	code, out, errOut := e.run("status", "--config", statusCfg, "--kubeconfig", e.kubeconfig)
+	t.Logf("status:\n%s", out)
+	if code != 0 {
+		t.Fatalf("status exit %d:\n%s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > 80 {
+			t.Errorf("line of %d columns (> 80): %q", n, l)
+		}
+	}
+	for _, st := range []string{"drifted", "stale-pin", "first-observed"} {
+		explained := false
+		for i, l := range lines {
+			if strings.Contains(l, " "+st+": ") && i+1 < len(lines) && strings.HasPrefix(lines[i+1], "  ") && strings.TrimSpace(lines[i+1]) != "" {
+				explained = true
+			}
+		}
+		if !explained {
+			t.Errorf("no explanation block (message or fix line) for the %s row:\n%s", st, out)
+		}
+	}
+	if !strings.Contains(out, "  fix: ") {
+		t.Errorf("no fix: line for the stale pin:\n%s", out)
+	}
+	// One table row per target, and the TARGET cell tells them apart.
+	targets := map[string]string{} // state → target cell
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 5 && (f[3] == "pinned" || f[3] == "drifted" || f[3] == "stale-pin" || f[3] == "first-observed") {
+			targets[f[3]] = f[2]
+		}
+	}
+	if len(targets) != 4 {
+		t.Errorf("table has %d target rows, want 4:\n%s", len(targets), out)
+	}
+	for st, name := range map[string]string{"pinned": "jobs-manager", "drifted": "requests-proxy", "stale-pin": "legacy", "first-observed": "web"} {
+		if cell := targets[st]; !strings.Contains(cell, name) {
+			t.Errorf("the %s row's TARGET cell %q does not name its workload %s", st, cell, name)
+		}
+	}
+	e.assertUnchanged("status", rvs, events)
+}
