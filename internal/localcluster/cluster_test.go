@@ -54,6 +54,30 @@ func TestCluster_ServesVersionAndNodes(t *testing.T) {
 	}
 }
 
+func TestCluster_AddNodeJoinsTheDaemonSet(t *testing.T) {
+	c := testenv.Cluster(t)
+	ctx := context.Background()
+	ns := testenv.Namespace(t, c.Client)
+	testenv.DaemonSet(t, c.Client, ns, "agent", testenv.WithTolerateAll())
+	if err := c.AddNode(ctx, "node-4"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.StopNodeAgent("node-4")
+		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), "node-4", metav1.DeleteOptions{})
+	})
+	if err := testenv.WaitSettled(ctx, c.Client, "DaemonSet", ns, "agent", 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := c.Client.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Status.NumberAvailable != 4 {
+		t.Errorf("DaemonSet runs %d pods with node-4 added, want 4", ds.Status.NumberAvailable)
+	}
+}
+
 func TestCluster_RollsOutAfterImageChangeToDigest(t *testing.T) {
 	c := testenv.Cluster(t)
 	cases := []struct {

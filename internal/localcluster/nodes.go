@@ -75,6 +75,22 @@ func (c *Cluster) startKwok(name string, i int) error {
 	return c.run("kwok-"+name, "kwok", args...)
 }
 
+// AddNode creates one more fake node, with its own kwok process, and waits
+// until it is Ready.
+func (c *Cluster) AddNode(ctx context.Context, name string) error {
+	if _, err := c.nodeIndex(name); err == nil {
+		return fmt.Errorf("node %s already exists", name)
+	}
+	c.NodeNames = append(c.NodeNames, name)
+	if err := c.createNode(ctx, name); err != nil {
+		return err
+	}
+	if err := c.startKwok(name, len(c.NodeNames)-1); err != nil {
+		return err
+	}
+	return c.WaitNodeReady(ctx, name, true)
+}
+
 // NodeDown makes a node NotReady the way a real one goes: the kwok process
 // that heartbeats it is stopped, and the node-lifecycle controller marks it
 // Unknown after the grace period. It waits for that (up to ~60 s) so the
