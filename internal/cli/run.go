@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -21,6 +25,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/controller"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/poller"
+	"github.com/image-refresh/image-refresh/internal/webhook"
 )
 
 // runOptions are the flags of `run`.
@@ -36,12 +41,24 @@ type runOptions struct {
 	fightMaxRounds int
 	fightWindow    time.Duration
 	workers        int
+	webhook        webhookFlags
+}
+
+// webhookFlags are the flags of the admission webhook (B1, docs/webhook.md).
+type webhookFlags struct {
+	port       int
+	host       string
+	certDir    string
+	selfSigned bool
+	configName string
+	service    string
+	namespace  string
 }
 
 func newRun() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run --config FILE [--kubeconfig FILE] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--log-format text|json]",
+		Use:   "run --config FILE [--kubeconfig FILE] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--webhook-port N] [--log-format text|json]",
 		Short: "Run as a controller: re-pin a revert within seconds, poll the registry on an interval",
 		Long: `run watches the configured workloads and re-pins a write that takes a target off
 its recorded digest as soon as the API server reports it (C1), under the same
@@ -50,7 +67,10 @@ registry once per repository:tag per poll interval, with jitter and backoff
 (C2). With --leader-elect several replicas are safe: one acts (a Lease) (C3).
 /healthz and /readyz are served on --health-addr, Prometheus /metrics on
 --metrics-addr (C4). A target another writer rewrites right after each re-pin
-is left alone after a few rounds and reported (C5). SIGTERM stops it cleanly.`,
+is left alone after a few rounds and reported (C5). With --webhook-port every
+replica also serves the mutating admission webhook (B1): a re-render to
+repo:tag is stored pinned to the recorded digest; it fails open, see
+docs/webhook.md. SIGTERM stops it cleanly.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -66,6 +86,14 @@ is left alone after a few rounds and reported (C5). SIGTERM stops it cleanly.`,
 	f.IntVar(&o.fightMaxRounds, "fight-max-repins", 3, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (C5)")
 	f.DurationVar(&o.fightWindow, "fight-window", 10*time.Minute, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
 	f.IntVar(&o.workers, "workers", 4, "groups reconciled in parallel")
+	w := &o.webhook
+	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (B1) on this port, path "+webhook.Path+"; 0 disables it")
+	f.StringVar(&w.host, "webhook-host", "", "address the webhook listens on; default: every interface")
+	f.BoolVar(&w.selfSigned, "webhook-self-signed", true, "generate and rotate the webhook's CA and certificate in the process and keep the CA in the caBundle of --webhook-config-name; false: serve tls.crt/tls.key from --webhook-cert-dir (e.g. cert-manager)")
+	f.StringVar(&w.certDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key, reloaded when they change (only with --webhook-self-signed=false)")
+	f.StringVar(&w.configName, "webhook-config-name", "image-refresh", "MutatingWebhookConfiguration whose caBundle a self-signed webhook keeps")
+	f.StringVar(&w.service, "webhook-service", "image-refresh", "Service in front of the webhook: the self-signed certificate is valid for its DNS names")
+	f.StringVar(&w.namespace, "webhook-namespace", "", "namespace of --webhook-service; default: the pod's namespace, else default")
 	return cmd
 }
 
@@ -84,7 +112,39 @@ func (o *runOptions) validate() error {
 	case o.leaseDuration < 2*time.Second:
 		return invalid("--leader-election-lease-duration must be at least 2s, got %s", o.leaseDuration)
 	}
+	return o.webhook.validate()
+}
+
+func (w *webhookFlags) validate() error {
+	switch {
+	case w.port < 0 || w.port > 65535:
+		return invalid("--webhook-port must be within 0..65535, got %d", w.port)
+	case w.port == 0:
+		return nil
+	case !w.selfSigned && w.certDir == "":
+		return invalid("--webhook-self-signed=false needs --webhook-cert-dir with tls.crt and tls.key")
+	case w.selfSigned && w.certDir != "":
+		return invalid("--webhook-cert-dir is read only with --webhook-self-signed=false (a self-signed webhook keeps its key in memory)")
+	case w.selfSigned && w.configName == "":
+		return invalid("--webhook-config-name must name the MutatingWebhookConfiguration whose caBundle to keep")
+	}
 	return nil
+}
+
+// setup serves the webhook on mgr; ready reports whether the cache synced.
+func (w *webhookFlags) setup(mgr ctrl.Manager, cfg *config.Config, kube kubernetes.Interface, m *metrics.Metrics, log *slog.Logger, ready func() bool) error {
+	ns := w.namespace
+	if ns == "" {
+		ns = "default"
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	h := webhook.NewHandler(cfg, webhook.CachedAnnotations(mgr.GetCache()), ready, m, log)
+	return webhook.Setup(mgr, webhook.Options{
+		Host: w.host, Port: w.port, SelfSigned: w.selfSigned, CertDir: w.certDir,
+		ConfigName: w.configName, Service: w.service, Namespace: ns,
+	}, h, kube, log)
 }
 
 func (o *runOptions) run(cmd *cobra.Command) error {
@@ -147,6 +207,11 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	if o.webhook.port > 0 {
+		if err := o.webhook.setup(mgr, cfg, r.Kube, m, log, synced.Load); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddReadyzCheck("cache-synced", func(*http.Request) error {
 		if !synced.Load() {
 			return errors.New("informer caches not synced yet")
@@ -156,7 +221,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	log.Info("image-refresh controller starting", "version", Version, "groups", len(cfg.Groups),
-		"pollInterval", o.pollInterval.String(), "leaderElect", o.leaderElect)
+		"pollInterval", o.pollInterval.String(), "leaderElect", o.leaderElect, "webhookPort", o.webhook.port)
 	if err := mgr.Start(cmd.Context()); err != nil {
 		return fmt.Errorf("controller stopped: %w", err)
 	}

@@ -22,6 +22,8 @@ type Metrics struct {
 	LastTick         *prometheus.GaugeVec
 	RevertRepin      prometheus.Histogram
 	Fights           *prometheus.CounterVec
+	AdmissionPins    *prometheus.CounterVec
+	AdmissionErrors  prometheus.Counter
 }
 
 // New registers every metric on a fresh registry (one-shot ticks).
@@ -73,6 +75,14 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		Name: "image_refresh_rewrite_fights_total",
 		Help: "Targets left alone because another writer rewrote them right after each re-pin (C5).",
 	}, []string{"group", "image", "writer"})
+	m.AdmissionPins = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "image_refresh_admission_pins_total",
+		Help: "Container images the admission webhook pinned to the recorded digest: reverts prevented before they were stored (B1).",
+	}, []string{"group", "image"})
+	m.AdmissionErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "image_refresh_admission_errors_total",
+		Help: "Admission requests the webhook allowed unchanged because of an internal error (fail open, B1); fix A re-pins what they missed.",
+	})
 	m.TargetOnDigest = register(reg, m.TargetOnDigest)
 	m.GroupLockedOut = register(reg, m.GroupLockedOut)
 	m.NeedsAttention = register(reg, m.NeedsAttention)
@@ -82,6 +92,8 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	m.LastTick = register(reg, m.LastTick)
 	m.RevertRepin = register(reg, m.RevertRepin)
 	m.Fights = register(reg, m.Fights)
+	m.AdmissionPins = register(reg, m.AdmissionPins)
+	m.AdmissionErrors = register(reg, m.AdmissionErrors)
 	return m
 }
 

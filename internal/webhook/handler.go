@@ -1,0 +1,198 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// Annotations returns the annotations of a workload as this process last
+// saw it, or nil when it does not exist. It must answer from memory: the
+// admission path makes no registry call and waits on no API round trip.
+type Annotations func(ctx context.Context, w config.Workload) (map[string]string, error)
+
+// readTimeout bounds the anchor reads of one admission request (R14); the
+// API server gives the whole call timeoutSeconds (3 s in the shipped
+// configuration).
+const readTimeout = time.Second
+
+// Handler is the admission.Handler of the webhook (B1).
+type Handler struct {
+	prefix      string
+	format      imageref.PinFormat
+	targets     map[config.Target][]binding
+	annotations Annotations
+	ready       func() bool
+	metrics     *metrics.Metrics
+	log         *slog.Logger
+}
+
+// NewHandler builds the handler for a validated config. ready reports
+// whether the informer cache behind annotations has synced; m may be nil.
+func NewHandler(cfg *config.Config, annotations Annotations, ready func() bool, m *metrics.Metrics, log *slog.Logger) *Handler {
+	return &Handler{
+		prefix: cfg.AnnotationPrefix, format: cfg.PinFormat, targets: targetIndex(cfg),
+		annotations: annotations, ready: ready, metrics: m, log: log,
+	}
+}
+
+// object is the part of an admitted Deployment, DaemonSet or StatefulSet
+// the webhook reads.
+type object struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Template struct {
+			Spec struct {
+				Containers []Container `json:"containers"`
+			} `json:"spec"`
+		} `json:"template"`
+	} `json:"spec"`
+}
+
+// Handle answers one admission request. It always allows: with a JSON patch
+// for the pins, unchanged otherwise, and unchanged after any internal
+// error or panic (counted and logged: the webhook fails open, B1).
+func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+	defer func() {
+		if p := recover(); p != nil {
+			resp = h.failOpen(req, fmt.Errorf("panic: %v", p))
+		}
+	}()
+	pins, err := h.pins(ctx, req)
+	if err != nil {
+		return h.failOpen(req, err)
+	}
+	if len(pins) == 0 {
+		return admission.Allowed("")
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	ops := make([]jsonpatch.JsonPatchOperation, 0, len(pins))
+	for _, p := range pins {
+		ops = append(ops, jsonpatch.NewOperation("replace", fmt.Sprintf("/spec/template/spec/containers/%d/image", p.Index), p.To))
+		if h.metrics != nil && !dryRun {
+			h.metrics.AdmissionPins.WithLabelValues(p.Group, p.Image).Inc()
+		}
+		h.log.Debug("admission: pinned to the recorded digest before it was stored (B1)", "group", p.Group, "image", p.Image,
+			"target", p.Target.String(), "from", p.From, "to", p.To, "operation", string(req.Operation),
+			"user", req.UserInfo.Username, "dryRun", dryRun)
+	}
+	return admission.Patched("", ops...)
+}
+
+func (h *Handler) failOpen(req admission.Request, err error) admission.Response {
+	if h.metrics != nil {
+		h.metrics.AdmissionErrors.Inc()
+	}
+	h.log.Warn("admission webhook allowed a request unchanged after an internal error (it fails open, B1); fix A re-pins anything it missed",
+		"kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", string(req.Operation), "error", err.Error())
+	return admission.Allowed("")
+}
+
+// pins decides what to rewrite in one request.
+func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error) {
+	if req.SubResource != "" || req.Kind.Group != "apps" ||
+		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return nil, nil
+	}
+	// image-refresh's own writes are fix A's decisions, made with the
+	// registry's latest: R6 moves every target to latest before it moves the
+	// record, so "correcting" them to the record would undo every refresh.
+	if fieldManager(req.Options.Raw) == workload.FieldManager {
+		return nil, nil
+	}
+	var obj object
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		return nil, fmt.Errorf("decode the admitted %s: %w", req.Kind.Kind, err)
+	}
+	name := req.Name
+	if name == "" {
+		name = obj.Metadata.Name
+	}
+	target := func(container string) config.Target {
+		return config.Target{Kind: config.Kind(req.Kind.Kind), Namespace: req.Namespace, Name: name, Container: container}
+	}
+	managed := false
+	for _, c := range obj.Spec.Template.Spec.Containers {
+		managed = managed || len(h.targets[target(c.Name)]) > 0
+	}
+	if !managed {
+		return nil, nil
+	}
+	before, err := oldImages(req)
+	if err != nil {
+		return nil, err
+	}
+	if !h.ready() {
+		return nil, fmt.Errorf("the informer cache of the anchors has not synced yet")
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	keys := state.Keys{Prefix: h.prefix}
+	anchors := map[string]map[string]string{}
+	var pins []Pin
+	for i, c := range obj.Spec.Template.Spec.Containers {
+		// Only an image this request writes: an unchanged one is drift that
+		// fix A re-pins under its guards (R4, R10), not a re-render.
+		if prev, ok := before[c.Name]; ok && prev == c.Image {
+			continue
+		}
+		t := target(c.Name)
+		for _, b := range h.targets[t] {
+			ann, seen := anchors[b.group.Name]
+			if !seen {
+				if ann, err = h.annotations(ctx, b.group.Anchor); err != nil {
+					return nil, fmt.Errorf("read the recorded digest of group %s: %w", b.group.Name, err)
+				}
+				anchors[b.group.Name] = ann
+			}
+			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], h.format); ok {
+				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, Index: i, From: c.Image, To: to})
+				break
+			}
+		}
+	}
+	return pins, nil
+}
+
+// oldImages maps container name → image of the stored object (UPDATE);
+// nil for CREATE.
+func oldImages(req admission.Request) (map[string]string, error) {
+	if req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
+		return nil, nil
+	}
+	var old object
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		return nil, fmt.Errorf("decode the stored %s: %w", req.Kind.Kind, err)
+	}
+	out := make(map[string]string, len(old.Spec.Template.Spec.Containers))
+	for _, c := range old.Spec.Template.Spec.Containers {
+		out[c.Name] = c.Image
+	}
+	return out, nil
+}
+
+// fieldManager returns the field manager of the request's Create- or
+// UpdateOptions (a PATCH arrives as UPDATE with its fieldManager), or "".
+func fieldManager(options []byte) string {
+	var o struct {
+		FieldManager string `json:"fieldManager"`
+	}
+	if len(options) == 0 || json.Unmarshal(options, &o) != nil {
+		return ""
+	}
+	return o.FieldManager
+}

@@ -1,0 +1,77 @@
+// Package webhook is fix B's mutating admission webhook (SPEC B1), served by
+// `image-refresh run`: on CREATE and UPDATE of a managed target it rewrites
+// `repo:tag` (or `repo:tag@<another digest>`) to the pin of the group's
+// recorded digest, read from memory (the manager's informer cache of the
+// anchors), so that a re-render never stores the bare tag. It never calls
+// the registry and never blocks a deploy: any internal error allows the
+// request unchanged, and fix A (R7) heals whatever it missed (B3).
+package webhook
+
+import (
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/refresh"
+)
+
+// Container is one container of an admitted pod template.
+type Container struct {
+	Name  string `json:"name"`
+	Image string `json:"image"`
+}
+
+// Pin is one container image the webhook rewrites.
+type Pin struct {
+	Group, Image string // config group and image name
+	Target       config.Target
+	Index        int // position in spec.template.spec.containers
+	From, To     string
+}
+
+// binding ties a managed container to the image (and group) it runs.
+type binding struct {
+	group config.Group
+	image config.Image
+}
+
+// targetIndex maps every configured target to its bindings.
+func targetIndex(cfg *config.Config) map[config.Target][]binding {
+	out := map[config.Target][]binding{}
+	for _, g := range cfg.Groups {
+		for _, img := range g.Images {
+			for _, t := range img.Targets {
+				out[t] = append(out[t], binding{group: g, image: img})
+			}
+		}
+	}
+	return out
+}
+
+// pinFor returns the reference an admitted container image is rewritten
+// to, or false to leave it as written. recorded is the group's recorded
+// digest of img ("" when none).
+//
+// Left alone: an operator pin (R2: the chart owns that digest); an image
+// without a valid record (fresh install, R5); a reference that does not
+// parse; another tag, or a digest-only reference (nothing says which tag it
+// came from); a repository served by another registry (R3: the webhook has
+// no proof that the mirror holds the digest, and it asks no registry); a
+// reference already on the recorded digest (R7 compares the digest only).
+func pinFor(img config.Image, live, recorded string, format imageref.PinFormat) (string, bool) {
+	if img.PinnedDigest != "" {
+		return "", false
+	}
+	if _, err := imageref.ParseDigest(recorded); err != nil {
+		return "", false
+	}
+	ref, err := imageref.Parse(live)
+	if err != nil || ref.Tag != img.Tag {
+		return "", false
+	}
+	if _, mirror := refresh.NeedsMirrorProof(img, live); mirror {
+		return "", false
+	}
+	if ref.Digest == recorded {
+		return "", false
+	}
+	return imageref.Pin(ref.Repository, ref.Tag, recorded, format), true
+}

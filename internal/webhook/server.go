@@ -1,0 +1,120 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+)
+
+// Path is the URL path of the webhook; the MutatingWebhookConfiguration's
+// clientConfig names it.
+const Path = "/mutate-workloads"
+
+// caCheckInterval is how often every replica checks that its CA is in the
+// caBundle (one GET of one object).
+const caCheckInterval = 10 * time.Second
+
+// Options say how the webhook is served.
+type Options struct {
+	Host string // listen address; "" is every interface
+	Port int
+	// SelfSigned: the process generates and rotates its own CA and serving
+	// certificate and keeps its CA in the caBundle of ConfigName. Otherwise
+	// CertDir holds tls.crt and tls.key (e.g. from cert-manager), reloaded
+	// when they change, and the caBundle is someone else's (cainjector).
+	SelfSigned bool
+	CertDir    string
+	ConfigName string
+	// Service and Namespace name the Service in front of the webhook: the
+	// self-signed certificate is valid for its DNS names (and for Host when
+	// that is a specific address).
+	Service, Namespace string
+	// CertValidity is the self-signed certificates' lifetime; 0 means
+	// DefaultCertValidity.
+	CertValidity time.Duration
+}
+
+// Hosts lists the names the self-signed serving certificate is valid for.
+func (o Options) Hosts() []string {
+	svc := o.Service + "." + o.Namespace
+	hosts := []string{svc + ".svc", o.Service, svc, svc + ".svc.cluster.local"}
+	if ip := net.ParseIP(o.Host); o.Host != "" && (ip == nil || !ip.IsUnspecified()) {
+		hosts = append(hosts, o.Host)
+	}
+	return hosts
+}
+
+// Setup adds the webhook server to mgr. controller-runtime starts webhook
+// servers on every replica before leader election, so admission does not
+// depend on being the leader (C3); h reads the anchors from the manager's
+// cache, which every replica runs too. kube updates the caBundle (only with
+// SelfSigned).
+func Setup(mgr manager.Manager, o Options, h *Handler, kube kubernetes.Interface, log *slog.Logger) error {
+	// HTTP/2 stays off: the API server speaks HTTP/1.1 to webhooks, and it
+	// closes the HTTP/2 rapid-reset and stream-flood class of attacks.
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	if o.SelfSigned {
+		validity := o.CertValidity
+		if validity <= 0 {
+			validity = DefaultCertValidity
+		}
+		certs, err := NewSelfSigned(o.Hosts(), validity, time.Now())
+		if err != nil {
+			return err
+		}
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
+		inj := &caInjector{
+			certs: certs, client: kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), name: o.ConfigName,
+			interval: caCheckInterval, timeout: 15 * time.Second, log: log,
+		}
+		if err := mgr.Add(inj); err != nil {
+			return err
+		}
+	}
+	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts})
+	srv.Register(Path, &admission.Webhook{Handler: h})
+	if err := mgr.Add(srv); err != nil {
+		return fmt.Errorf("add the webhook server: %w", err)
+	}
+	return mgr.AddReadyzCheck("webhook", srv.StartedChecker())
+}
+
+// CachedAnnotations reads workloads from an informer cache (the manager's,
+// which watches every configured namespace for the three kinds): memory,
+// no API call.
+func CachedAnnotations(cache client.Reader) Annotations {
+	return func(ctx context.Context, w config.Workload) (map[string]string, error) {
+		var obj client.Object
+		switch w.Kind {
+		case config.KindDeployment:
+			obj = &appsv1.Deployment{}
+		case config.KindDaemonSet:
+			obj = &appsv1.DaemonSet{}
+		case config.KindStatefulSet:
+			obj = &appsv1.StatefulSet{}
+		default:
+			return nil, fmt.Errorf("%s: unsupported kind", w)
+		}
+		err := cache.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, obj)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s from the cache: %w", w, err)
+		}
+		return obj.GetAnnotations(), nil
+	}
+}
