@@ -13,10 +13,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -235,7 +237,16 @@ type cacheSynced struct {
 	synced *atomic.Bool
 }
 
+// Start creates the informers of the three workload kinds on every replica
+// (the webhook reads anchors from them, and a standby takes over warm), so
+// that /readyz fails while list/watch is denied instead of passing before
+// any informer exists.
 func (c cacheSynced) Start(ctx context.Context) error {
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.DaemonSet{}, &appsv1.StatefulSet{}} {
+		if _, err := c.mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("watch %T: %w", obj, err)
+		}
+	}
 	if c.mgr.GetCache().WaitForCacheSync(ctx) {
 		c.synced.Store(true)
 	}

@@ -1,0 +1,227 @@
+{{/* Names and labels. */}}
+{{- define "image-refresh.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "image-refresh.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "image-refresh.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "image-refresh.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "image-refresh.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "image-refresh.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "image-refresh.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "image-refresh.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The image of image-refresh itself: repository[:tag][@digest]. */}}
+{{- define "image-refresh.image" -}}
+{{- $repo := required "image.repository is required (the registry and repository of your image-refresh build)" .Values.image.repository }}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" $repo $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+The workloads the config names, as JSON:
+  {"<namespace>": {"kinds": {"Deployment": ["a", "b"]}, "targets": true}}
+Anchors and targets both count (every one is read and may be patched);
+"targets" marks a namespace that holds a target, whose pod templates'
+imagePullSecrets are read. Callers: include … | fromJson.
+*/}}
+{{- define "image-refresh.workloads" -}}
+{{- $out := dict }}
+{{- range $g := .Values.config.groups }}
+{{- $refs := list (dict "w" $g.anchor "target" false) }}
+{{- range $img := $g.images }}
+{{- range $t := $img.targets }}
+{{- $refs = append $refs (dict "w" $t "target" true) }}
+{{- end }}
+{{- end }}
+{{- range $r := $refs }}
+{{- $ns := get $out $r.w.namespace | default (dict "kinds" (dict) "targets" false) }}
+{{- $names := get $ns.kinds $r.w.kind | default (list) }}
+{{- $_ := set $ns.kinds $r.w.kind (append $names $r.w.name | uniq | sortAlpha) }}
+{{- if $r.target }}{{ $_ := set $ns "targets" true }}{{ end }}
+{{- $_ := set $out $r.w.namespace $ns }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* The apps resource of a workload kind. */}}
+{{- define "image-refresh.resource" -}}
+{{- get (dict "Deployment" "deployments" "DaemonSet" "daemonsets" "StatefulSet" "statefulsets") . }}
+{{- end }}
+
+{{/*
+Seconds (a float) in a Go duration string ("10m", "1h30m", "1.5h",
+"500ms"): the syntax the binary's config accepts (time.ParseDuration).
+*/}}
+{{- define "image-refresh.seconds" -}}
+{{- $units := dict "h" 3600.0 "m" 60.0 "s" 1.0 "ms" 0.001 "us" 0.000001 "µs" 0.000001 "μs" 0.000001 "ns" 0.000000001 }}
+{{- $total := 0.0 }}
+{{- range $part := regexFindAll "[0-9]*\\.?[0-9]+(ns|us|µs|μs|ms|s|m|h)|[0-9]+\\.(ns|us|µs|μs|ms|s|m|h)" (toString .) -1 }}
+{{- $num := regexFind "^[0-9.]+" $part }}
+{{- $unit := trimPrefix $num $part }}
+{{- $total = addf $total (mulf (float64 $num) (get $units $unit)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+activeDeadlineSeconds of the tick Job: cronjob.activeDeadlineSeconds when
+set; else the tick's own deadline (R14, internal/config
+EffectiveTickTimeout: tickTimeout, or (distinct workloads incl. anchors + 1)
+× rolloutTimeout + 2m) plus 60 s, so the tick hits its deadline, reports
+RefreshError and exits before the Job controller kills the pod.
+*/}}
+{{- define "image-refresh.activeDeadlineSeconds" -}}
+{{- if .Values.cronjob.activeDeadlineSeconds }}
+{{- .Values.cronjob.activeDeadlineSeconds | int64 }}
+{{- else }}
+{{- $tick := include "image-refresh.seconds" (.Values.config.tickTimeout | default "0s") | float64 }}
+{{- if not (gt $tick 0.0) }}
+{{- $n := 0 }}
+{{- range $ns, $info := include "image-refresh.workloads" . | fromJson }}
+{{- range $kind, $names := $info.kinds }}
+{{- $n = add $n (len $names) }}
+{{- end }}
+{{- end }}
+{{- $rollout := include "image-refresh.seconds" (.Values.config.rolloutTimeout | default "10m") | float64 }}
+{{- $tick = addf (mulf (add $n 1) $rollout) 120 }}
+{{- end }}
+{{- addf $tick 60 | ceil | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* The config file, exactly .Values.config. */}}
+{{- define "image-refresh.configFile" -}}
+{{ toYaml .Values.config }}
+{{- end }}
+
+{{/* Volumes and mounts shared by the CronJob and the Deployment. */}}
+{{- define "image-refresh.volumes" -}}
+- name: config
+  configMap:
+    name: {{ include "image-refresh.fullname" . }}
+    items:
+      - {key: config.yaml, path: config.yaml}
+{{- if .Values.registryAuth.dockerConfigSecret }}
+- name: docker-config
+  secret:
+    secretName: {{ .Values.registryAuth.dockerConfigSecret }}
+    items:
+      - {key: .dockerconfigjson, path: config.json}
+{{- end }}
+{{- if and .Values.webhook.enabled (eq .Values.mode "controller") .Values.webhook.certSecret }}
+- name: webhook-certs
+  secret:
+    secretName: {{ .Values.webhook.certSecret }}
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "image-refresh.volumeMounts" -}}
+- {name: config, mountPath: /etc/image-refresh, readOnly: true}
+{{- if .Values.registryAuth.dockerConfigSecret }}
+- {name: docker-config, mountPath: /var/run/image-refresh/docker, readOnly: true}
+{{- end }}
+{{- if and .Values.webhook.enabled (eq .Values.mode "controller") .Values.webhook.certSecret }}
+- {name: webhook-certs, mountPath: /var/run/image-refresh/webhook, readOnly: true}
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "image-refresh.env" -}}
+{{- if .Values.registryAuth.dockerConfigSecret }}
+- {name: DOCKER_CONFIG, value: /var/run/image-refresh/docker}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level settings shared by the CronJob and the Deployment. */}}
+{{- define "image-refresh.podSpec" -}}
+serviceAccountName: {{ include "image-refresh.serviceAccountName" . }}
+# Needed: image-refresh talks to the API server as this ServiceAccount.
+automountServiceAccountToken: true
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumes:
+  {{- include "image-refresh.volumes" . | nindent 2 }}
+{{- end }}
+
+{{/* Container-level settings shared by the CronJob and the Deployment. */}}
+{{- define "image-refresh.container" -}}
+image: {{ include "image-refresh.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- with .Values.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (include "image-refresh.env" . | trim) }}
+env:
+  {{- . | nindent 2 }}
+{{- end }}
+volumeMounts:
+  {{- include "image-refresh.volumeMounts" . | nindent 2 }}
+{{- end }}
