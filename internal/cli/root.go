@@ -80,7 +80,7 @@ re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.`
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitInvalid, Err: err} })
-	root.AddCommand(newTick(), newRun(), newStatus(), newRearm(), newVersion())
+	root.AddCommand(newTick(), newRun(), newStatus(), newRearm(), newRender(), newVersion())
 	return root
 }
 

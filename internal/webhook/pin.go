@@ -47,31 +47,10 @@ func targetIndex(cfg *config.Config) map[config.Target][]binding {
 }
 
 // pinFor returns the reference an admitted container image is rewritten
-// to, or false to leave it as written. recorded is the group's recorded
-// digest of img ("" when none).
-//
-// Left alone: an operator pin (R2: the chart owns that digest); an image
-// without a valid record (fresh install, R5); a reference that does not
-// parse; another tag, or a digest-only reference (nothing says which tag it
-// came from); a repository served by another registry (R3: the webhook has
-// no proof that the mirror holds the digest, and it asks no registry); a
-// reference already on the recorded digest (R7 compares the digest only).
+// to, or false to leave it as written; the rule is fix B's one decision,
+// refresh.PinRendered. recorded is the group's recorded digest of img (""
+// when none).
 func pinFor(img config.Image, live, recorded string, format imageref.PinFormat) (string, bool) {
-	if img.PinnedDigest != "" {
-		return "", false
-	}
-	if _, err := imageref.ParseDigest(recorded); err != nil {
-		return "", false
-	}
-	ref, err := imageref.Parse(live)
-	if err != nil || ref.Tag != img.Tag {
-		return "", false
-	}
-	if _, mirror := refresh.NeedsMirrorProof(img, live); mirror {
-		return "", false
-	}
-	if ref.Digest == recorded {
-		return "", false
-	}
-	return imageref.Pin(ref.Repository, ref.Tag, recorded, format), true
+	to, skip := refresh.PinRendered(img, live, recorded, recorded != "", format)
+	return to, skip == refresh.SkipNone
 }

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/render"
+	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+func newRender() *cobra.Command {
+	var (
+		c         common
+		namespace string
+	)
+	cmd := &cobra.Command{
+		Use:   "render --config FILE [--kubeconfig FILE] [--namespace NS]",
+		Short: "Helm post-renderer: pin managed images of a manifest stream to their recorded digests (B2)",
+		Long: `render reads a rendered manifest stream (what helm template, install and
+upgrade render) on stdin and writes it to stdout with every managed
+container image pinned to the digest recorded on its group's anchor, in the
+configured pinFormat, so that a re-render never deploys the bare tag (SPEC
+B2). Only those image strings change; every other byte is written as read.
+
+Left as rendered, with a note on stderr: images with no record (a fresh
+install, or no cluster reachable, as under "helm template"), on a mirror
+registry (R3), on another tag, or written through YAML aliases. Fix A pins
+them; render never replaces it (B3).
+
+Documents without metadata.namespace are read as --namespace. Helm does not
+tell a post-renderer the release namespace: pass it, or export HELM_NAMESPACE.
+
+Helm 3.10 or newer:
+  helm upgrade REL CHART -n NS --post-renderer image-refresh \
+    --post-renderer-args render --post-renderer-args --config=FILE \
+    --post-renderer-args --namespace=NS
+Helm 4: install the plugin in plugins/image-refresh-render and pass
+  --post-renderer image-refresh-render --post-renderer-args --config=FILE ...
+(see docs/post-renderer.md).
+
+Exit codes:
+  0  the stream was written, pinned where possible (see the notes on stderr)
+  1  stdin is not a YAML stream; nothing was written
+  2  the config or the flags are invalid; nothing was written`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := c.load()
+			if err != nil {
+				return err
+			}
+			if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+				return invalid("--namespace: %q is not a namespace name: %s", namespace, strings.Join(msgs, "; "))
+			}
+			// Checked here too, so that a wrong flag fails also on a stream
+			// that needs no cluster read.
+			if c.kubeconfig != "" {
+				if _, err := os.Stat(c.kubeconfig); err != nil {
+					return invalid("--kubeconfig: %v", err)
+				}
+			}
+			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
+			in, err := io.ReadAll(cmd.InOrStdin())
+			if err != nil {
+				return fmt.Errorf("read the manifests on stdin: %w", err)
+			}
+			stream, err := render.Parse(in, cfg, namespace)
+			if err != nil {
+				return &ExitError{Code: ExitNeedsHuman, Err: fmt.Errorf("the manifests on stdin are not YAML: %w; nothing written", err)}
+			}
+			recorded, unread, err := c.records(cmd.Context(), cfg, stream.Groups())
+			if err != nil {
+				return err
+			}
+			res := stream.Pin(recorded, unread)
+			for _, ch := range res.Changes {
+				log.Info("pinned to the recorded digest", "image", ch.Image, "group", ch.Group, "where", ch.Where, "from", ch.From, "to", ch.To)
+			}
+			for _, n := range res.Notes {
+				level := slog.LevelInfo
+				if n.Warning {
+					level = slog.LevelWarn
+				}
+				log.Log(cmd.Context(), level, n.Reason, "image", n.Image, "group", n.Group, "where", n.Where)
+			}
+			_, err = cmd.OutOrStdout().Write(res.Out)
+			return err
+		},
+	}
+	c.bind(cmd)
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", defaultRenderNamespace(),
+		"namespace of documents without metadata.namespace: the release namespace; $HELM_NAMESPACE when set")
+	return cmd
+}
+
+// defaultRenderNamespace is $HELM_NAMESPACE, which Helm 3 and 4 pass on to
+// a post-renderer only when the user exported it, else "default" (Helm's
+// own default).
+func defaultRenderNamespace() string {
+	if ns := os.Getenv("HELM_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+// records reads the recorded digests (SPEC State) from the anchors of
+// groups. A post-renderer must not stall or fail a deploy over them: all
+// reads together are bounded by apiTimeout (R14), and a cluster that cannot
+// be reached, or an anchor that cannot be read, leaves that group's images
+// on their tags, with the reason in unread. Only an invalid --kubeconfig is
+// an error.
+func (c *common) records(ctx context.Context, cfg *config.Config, groups []string) (recorded map[render.ImageKey]string, unread map[string]string, err error) {
+	recorded, unread = map[render.ImageKey]string{}, map[string]string{}
+	if len(groups) == 0 {
+		return recorded, unread, nil // nothing managed in the stream: no cluster call
+	}
+	unreachable := func(err error) {
+		for _, g := range groups {
+			unread[g] = err.Error()
+		}
+	}
+	rc, err := c.restConfig()
+	if err != nil {
+		if ee := (*ExitError)(nil); errors.As(err, &ee) {
+			return nil, nil, err
+		}
+		unreachable(fmt.Errorf("no cluster: %w", err))
+		return recorded, unread, nil
+	}
+	rc.UserAgent = "image-refresh/" + Version
+	rc.Timeout = cfg.APITimeout
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		unreachable(fmt.Errorf("no cluster: %w", err))
+		return recorded, unread, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.APITimeout)
+	defer cancel()
+	wl := workload.New(kube, cfg.APITimeout)
+	keys := state.Keys{Prefix: cfg.AnnotationPrefix}
+	for _, name := range groups {
+		g, ok := cfg.Group(name)
+		if !ok {
+			continue
+		}
+		anchor := workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name}
+		obj, err := wl.Get(ctx, anchor)
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				unread[name] = fmt.Sprintf("anchor %s not found (not installed yet?)", anchor)
+			} else {
+				unread[name] = err.Error()
+			}
+			continue
+		}
+		for _, img := range g.Images {
+			if d := obj.Annotations[keys.Record(img.Name)]; d != "" {
+				recorded[render.ImageKey{Group: name, Image: img.Name}] = d
+			}
+		}
+	}
+	return recorded, unread, nil
+}

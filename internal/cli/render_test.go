@@ -1,0 +1,765 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// renderConfig is seedShape with a short apiTimeout, so that the
+// unreachable-cluster cases finish quickly.
+const renderConfig = "apiTimeout: 2s\n" + seedShape
+
+// render runs `image-refresh render` in-process with stdin and returns its
+// exit code, stdout, stderr and how long it took.
+func (e *env) render(stdin string, args ...string) (code int, stdout, stderr string, took time.Duration) {
+	e.t.Helper()
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(append([]string{"render"}, args...))
+	start := time.Now()
+	err := root.ExecuteContext(context.Background())
+	took = time.Since(start)
+	if err != nil {
+		errOut.WriteString("image-refresh: " + err.Error() + "\n")
+	}
+	return ExitCode(err), out.String(), errOut.String(), took
+}
+
+// seedManifests is what `helm template` renders for the seed's shape:
+// comments, an anchor and alias, both quoting styles, a Deployment without
+// metadata.namespace, a container that is not a target, a Service, a CRD,
+// and a last document without a final newline.
+func (e *env) seedManifests() string {
+	tag := e.repo("api") + ":prod"
+	return `---
+# Source: acme/templates/jobs-manager.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: jobs-manager
+  labels: &labels {app: jobs-manager}   # selector labels
+spec:
+  selector: {matchLabels: *labels}
+  template:
+    metadata: {labels: *labels}
+    spec:
+      containers:
+        - name: api
+          image: ` + tag + `
+          imagePullPolicy: IfNotPresent
+        - name: metrics   # not a target
+          image: "` + tag + `"
+---
+# Source: acme/templates/requests-proxy.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: requests-proxy, namespace: ` + e.ns + `}
+spec:
+  template:
+    spec:
+      containers: [{name: proxy, image: '` + tag + `'}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: api
+spec:
+  ports: [{port: 80}]
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.acme.example.com}
+spec:
+  group: acme.example.com
+  names: {kind: Widget, plural: widgets}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          description: |
+            image: ` + tag + `
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: values}
+data: {image: "` + tag + `"}`
+}
+
+// pinnedSeedManifests is seedManifests with exactly the two targets'
+// image scalars pinned to digest.
+func (e *env) pinnedSeedManifests(digest string) string {
+	tag := e.repo("api") + ":prod"
+	out := e.seedManifests()
+	for _, r := range [][2]string{
+		{"image: " + tag + "\n          imagePullPolicy", "image: " + tag + "@" + digest + "\n          imagePullPolicy"},
+		{"image: '" + tag + "'", "image: '" + tag + "@" + digest + "'"},
+	} {
+		if strings.Count(out, r[0]) != 1 {
+			e.t.Fatalf("seedManifests holds %q %d times, want once", r[0], strings.Count(out, r[0]))
+		}
+		out = strings.Replace(out, r[0], r[1], 1)
+	}
+	return out
+}
+
+func TestRender_B2_PinsTargetsToTheAnchorsRecordAndKeepsEveryOtherByte(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(renderConfig)
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick exit %d", code)
+	}
+	if got := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; got != digest {
+		t.Fatalf("setup: the tick recorded %q, want %q", got, digest)
+	}
+
+	in := e.seedManifests()
+	code, out, logs, _ := e.render(in, "--config", cfg, "--kubeconfig", e.kubeconfig, "--namespace", e.ns)
+	if code != 0 {
+		t.Fatalf("render exit %d:\n%s", code, logs)
+	}
+	if want := e.pinnedSeedManifests(digest); out != want {
+		t.Errorf("render output differs from the input with the two targets pinned:\n%s", lineDiff([]byte(want), []byte(out)))
+	}
+	if n := len(logLines(logs, "INFO", "pinned to the recorded digest")); n != 2 {
+		t.Errorf("%d pin log lines, want 2:\n%s", n, logs)
+	}
+	if strings.Contains(logs, "left") {
+		t.Errorf("a note although every target has a record:\n%s", logs)
+	}
+
+	// R7: the pinned stream is already on the record: rendering it again
+	// changes nothing.
+	code, again, logs, _ := e.render(out, "--config", cfg, "--kubeconfig", e.kubeconfig, "--namespace", e.ns)
+	if code != 0 || again != out {
+		t.Errorf("rendering the pinned stream again: exit %d, changed=%v\n%s", code, again != out, logs)
+	}
+}
+
+func TestRender_B2_R7_R3_RecordedDigestAndMirrorAreLeftAsRendered(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(renderConfig)
+	e.tick(cfg)
+	in := e.seedManifests()
+	in = strings.Replace(in, "image: "+e.repo("api")+":prod\n", "image: mirror.local/acme/api:prod\n", 1)       // R3
+	in = strings.Replace(in, "image: '"+e.repo("api")+":prod'", "image: 'mirror.local/acme/api@"+digest+"'", 1) // R7
+	code, out, logs, _ := e.render(in, "--config", cfg, "--kubeconfig", e.kubeconfig, "--namespace", e.ns)
+	if code != 0 || out != in {
+		t.Fatalf("exit %d, output changed=%v; want 0 and the input unchanged:\n%s", code, out != in, logs)
+	}
+	if len(logLines(logs, "INFO", "mirror.local/acme/api is served by another registry", "(R3)", "container api")) != 1 {
+		t.Errorf("no R3 note for the mirror image:\n%s", logs)
+	}
+	if strings.Contains(logs, "container proxy") {
+		t.Errorf("a note for the container already on the recorded digest (R7 compares only the digest):\n%s", logs)
+	}
+}
+
+func TestRender_B2_NoRecordOrUnreadableAnchorLeavesTheTagWithOneNotePerImage(t *testing.T) {
+	e := newEnv(t)
+	e.seed() // no tick: no record on the anchor
+	cfg := e.config(renderConfig)
+	denied, err := e.c.UserKubeconfig("render-no-rights")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := e.seedManifests()
+	for _, tc := range []struct {
+		name, kubeconfig, reason string
+	}{
+		{"no record on the anchor yet", e.kubeconfig, "the group's anchor holds no recorded digest yet"},
+		{"an RBAC denial reading the anchor", denied, "forbidden"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := e.withT(t)
+			code, out, logs, _ := e.render(in, "--config", cfg, "--kubeconfig", tc.kubeconfig, "--namespace", e.ns)
+			if code != 0 || out != in {
+				t.Fatalf("exit %d, output changed=%v; want 0 and the input unchanged:\n%s", code, out != in, logs)
+			}
+			// One line for the image, naming both of its containers.
+			notes := logLines(logs, "INFO", "left on the tag")
+			if len(notes) != 1 || !strings.Contains(notes[0], tc.reason) || !strings.Contains(notes[0], "image=api") ||
+				!strings.Contains(notes[0], "container api") || !strings.Contains(notes[0], "container proxy") {
+				t.Errorf("want one note for image api naming both containers and %q:\n%s", tc.reason, logs)
+			}
+		})
+	}
+}
+
+// hangingServer accepts TCP connections and never answers: an API server
+// that is reachable but stalled.
+func hangingServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "https://" + l.Addr().String()
+}
+
+// tokenKubeconfig writes a kubeconfig for server with a bearer token.
+func tokenKubeconfig(t *testing.T, server, token string) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRender_B2_R14_NoClusterLeavesTheTagAndExitsZeroWithinTheAPITimeout(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(renderConfig) // apiTimeout: 2s
+	in := e.seedManifests()
+	noConfig := filepath.Join(t.TempDir(), "absent")
+	for _, tc := range []struct {
+		name, kubeconfig string
+		env              string // KUBECONFIG, when no --kubeconfig is given
+	}{
+		{"connection refused", tokenKubeconfig(t, "https://127.0.0.1:1", "x"), ""},
+		{"a server that never answers", tokenKubeconfig(t, hangingServer(t), "x"), ""},
+		{"no kubeconfig at all, as under helm template on a laptop", "", noConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := e.withT(t)
+			args := []string{"--config", cfg, "--namespace", e.ns}
+			if tc.kubeconfig != "" {
+				args = append(args, "--kubeconfig", tc.kubeconfig)
+			} else {
+				t.Setenv("KUBECONFIG", tc.env)
+				t.Setenv("HOME", t.TempDir())
+			}
+			code, out, logs, took := e.render(in, args...)
+			if code != 0 || out != in {
+				t.Fatalf("exit %d, output changed=%v; want 0 and the input unchanged:\n%s", code, out != in, logs)
+			}
+			if notes := logLines(logs, "INFO", "left on the tag", "could not be read"); len(notes) != 1 {
+				t.Errorf("want one note saying the anchor could not be read:\n%s", logs)
+			}
+			if limit := 2*time.Second + 2*time.Second; took > limit {
+				t.Errorf("render took %s, want at most the apiTimeout (2s) plus slack", took)
+			}
+		})
+	}
+}
+
+func TestRender_R20_NoCredentialOnStderr(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config(renderConfig)
+	const token = "image-refresh-test-token-must-not-be-logged-8d1c"
+	in := e.seedManifests()
+	for _, tc := range []struct{ name, server string }{
+		{"the real API server refuses the token", e.c.Server},
+		{"a server that never answers", hangingServer(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := e.withT(t)
+			for _, format := range []string{"text", "json"} {
+				code, out, logs, _ := e.render(in, "--config", cfg, "--kubeconfig", tokenKubeconfig(t, tc.server, token),
+					"--namespace", e.ns, "--log-format", format)
+				if code != 0 || out != in {
+					t.Fatalf("exit %d, output changed=%v:\n%s", code, out != in, logs)
+				}
+				if strings.Contains(logs, token) || strings.Contains(logs, token[:20]) {
+					t.Errorf("the bearer token reached stderr (%s):\n%s", format, logs)
+				}
+				if !strings.Contains(logs, "could not be read") {
+					t.Errorf("no note about the unreadable anchor (%s):\n%s", format, logs)
+				}
+			}
+		})
+	}
+}
+
+func TestRender_B2_InvalidConfigExitsTwoNamingTheFieldAndWritesNothing(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(strings.Replace(seedShape, "        tag: prod\n", "", 1))
+	code, out, logs, _ := e.render(e.seedManifests(), "--config", cfg, "--kubeconfig", e.kubeconfig)
+	if code != ExitInvalid || out != "" {
+		t.Fatalf("exit %d with %d bytes on stdout, want %d and nothing:\n%s", code, len(out), ExitInvalid, logs)
+	}
+	if !strings.Contains(logs, "groups[0].images[0].tag") {
+		t.Errorf("the error does not name the field:\n%s", logs)
+	}
+	for flag, args := range map[string][]string{
+		"--namespace":  {"--namespace", "Not_A_Namespace"},
+		"--kubeconfig": {"--kubeconfig", filepath.Join(t.TempDir(), "absent")},
+	} {
+		code, out, logs, _ = e.render("kind: ConfigMap\n", append([]string{"--config", e.config(seedShape)}, args...)...)
+		if code != ExitInvalid || out != "" || !strings.Contains(logs, flag) {
+			t.Errorf("an invalid %s: exit %d, %d bytes on stdout:\n%s", flag, code, len(out), logs)
+		}
+	}
+}
+
+func TestRender_B2_UnparsableStdinExitsOneNamingDocumentAndLineAndWritesNothing(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	cfg := e.config(renderConfig)
+	e.tick(cfg) // a record exists: the first document would be pinned
+	in := e.seedManifests() + "\n---\nkind: [broken\n"
+	code, out, logs, _ := e.render(in, "--config", cfg, "--kubeconfig", e.kubeconfig, "--namespace", e.ns)
+	if code != ExitNeedsHuman || out != "" {
+		t.Fatalf("exit %d with %d bytes on stdout, want %d and nothing (never a half-rendered stream):\n%s", code, len(out), ExitNeedsHuman, logs)
+	}
+	lines := strings.Count(e.seedManifests(), "\n") + 3
+	if !strings.Contains(logs, "document 6, line ") || !strings.Contains(logs, "nothing written") {
+		t.Errorf("the error does not name document 6 (near line %d):\n%s", lines, logs)
+	}
+}
+
+// lineDiff shows the differing lines of two streams, for failure messages.
+func lineDiff(want, got []byte) string {
+	lw, lg := bytes.Split(want, []byte("\n")), bytes.Split(got, []byte("\n"))
+	var b strings.Builder
+	for i := 0; i < max(len(lw), len(lg)); i++ {
+		var w, g []byte
+		if i < len(lw) {
+			w = lw[i]
+		}
+		if i < len(lg) {
+			g = lg[i]
+		}
+		if !bytes.Equal(w, g) {
+			fmt.Fprintf(&b, "line %d:\n  want %q\n   got %q\n", i+1, w, g)
+		}
+	}
+	return b.String()
+}
+
+// helmCLI runs the real Helm CLI against the test cluster, with its homes
+// in a temporary directory, the image-refresh binary on PATH and, for Helm
+// 4, the post-renderer plugin of plugins/image-refresh-render installed.
+type helmCLI struct {
+	t      *testing.T
+	bin    string
+	major  int
+	env    []string
+	irBin  string // the image-refresh binary
+	logPth string // IMAGE_REFRESH_RENDER_LOG: Helm 4 discards a plugin's stderr
+}
+
+// newHelm finds helm next to the cluster binaries (hack/build-cluster.sh
+// builds it), else on PATH. Without one the test is skipped, or fails when
+// IMAGE_REFRESH_REQUIRE_HELM=1.
+func newHelm(t *testing.T, e *env) *helmCLI {
+	t.Helper()
+	bin, err := exec.LookPath(filepath.Join(e.c.BinDir, "helm"))
+	if err != nil {
+		bin, err = exec.LookPath("helm")
+	}
+	if err != nil {
+		if os.Getenv("IMAGE_REFRESH_REQUIRE_HELM") == "1" {
+			t.Fatalf("no helm binary in %s or on PATH, and IMAGE_REFRESH_REQUIRE_HELM=1", e.c.BinDir)
+		}
+		t.Skipf("no helm binary in %s or on PATH (run hack/build-cluster.sh); set IMAGE_REFRESH_REQUIRE_HELM=1 to fail instead", e.c.BinDir)
+	}
+	dir := t.TempDir()
+	h := &helmCLI{t: t, bin: bin, irBin: filepath.Join(dir, "bin", "image-refresh"), logPth: filepath.Join(dir, "render.log")}
+	build := exec.Command("go", "build", "-o", h.irBin, "github.com/image-refresh/image-refresh")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build image-refresh: %v\n%s", err, out)
+	}
+	h.env = append(os.Environ(),
+		"KUBECONFIG="+e.kubeconfig,
+		"HELM_CACHE_HOME="+filepath.Join(dir, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(dir, "config"),
+		"HELM_DATA_HOME="+filepath.Join(dir, "data"),
+		"PATH="+filepath.Dir(h.irBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"IMAGE_REFRESH_RENDER_LOG="+h.logPth,
+	)
+	version := strings.TrimPrefix(strings.TrimSpace(h.run("version", "--template", "{{.Version}}")), "v")
+	h.major, _ = strconv.Atoi(strings.SplitN(version, ".", 2)[0])
+	if h.major >= 4 {
+		plugin, err := filepath.Abs(filepath.Join("..", "..", "plugins", "image-refresh-render"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.run("plugin", "install", plugin)
+	}
+	return h
+}
+
+// run runs helm and fails the test when it fails.
+func (h *helmCLI) run(args ...string) string {
+	h.t.Helper()
+	out, err := h.try(nil, args...)
+	if err != nil {
+		h.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// try runs helm with extra environment and returns its stdout (and stderr
+// on failure).
+func (h *helmCLI) try(extraEnv []string, args ...string) (string, error) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.bin, args...)
+	cmd.Env = append(append([]string(nil), h.env...), extraEnv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+// postRenderer returns the flags that run `image-refresh render`: the
+// plugin on Helm 4, the binary itself on Helm 3 (>= 3.10).
+func (h *helmCLI) postRenderer(cfg string, extra ...string) []string {
+	var args []string
+	if h.major >= 4 {
+		args = []string{"--post-renderer", "image-refresh-render"}
+	} else {
+		args = []string{"--post-renderer", h.irBin, "--post-renderer-args", "render"}
+	}
+	for _, a := range append([]string{"--config=" + cfg}, extra...) {
+		args = append(args, "--post-renderer-args", a)
+	}
+	return args
+}
+
+// renderLog returns what the post-renderer wrote on stderr so far.
+func (h *helmCLI) renderLog() string {
+	b, _ := os.ReadFile(h.logPth)
+	return string(b)
+}
+
+// webChart writes a chart with a Deployment "web" (no metadata.namespace,
+// as charts usually render) whose container web runs image, a sidecar on
+// another image, a Service and a commented ConfigMap.
+func webChart(t *testing.T, image string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+		"values.yaml": "image: " + image + "\nrevision: \"1\"\n",
+		"templates/web.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations:
+        revision: {{ .Values.revision | quote }}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: web
+          image: {{ .Values.image }}
+          imagePullPolicy: IfNotPresent
+        - name: sidecar
+          image: example.invalid/sidecar:v1
+`,
+		"templates/other.yaml": `# not managed
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-settings}
+data:
+  image: {{ .Values.image | quote }}  # the same text, in data: not an image field
+`,
+	}
+	for name, text := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// bareTagWatch records every Deployment, ReplicaSet and Pod labelled
+// app=web whose pod template or spec runs the bare tag, from the moment it
+// starts: the object history, not only the final state.
+type bareTagWatch struct {
+	mu     sync.Mutex
+	seen   []string
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+func (e *env) watchBareTag(app, tag string) *bareTagWatch {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &bareTagWatch{cancel: cancel}
+	e.t.Cleanup(w.stop)
+	opts := metav1.ListOptions{LabelSelector: "app=" + app}
+	apps, core := e.c.Client.AppsV1(), e.c.Client.CoreV1()
+	sources := map[string]func() (watch.Interface, error){
+		"Deployment": func() (watch.Interface, error) { return apps.Deployments(e.ns).Watch(ctx, opts) },
+		"ReplicaSet": func() (watch.Interface, error) { return apps.ReplicaSets(e.ns).Watch(ctx, opts) },
+		"Pod":        func() (watch.Interface, error) { return core.Pods(e.ns).Watch(ctx, opts) },
+	}
+	for kind, start := range sources {
+		wi, err := start()
+		if err != nil {
+			e.t.Fatalf("watch %ss: %v", kind, err)
+		}
+		w.done.Add(1)
+		go func() {
+			defer w.done.Done()
+			defer wi.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev, ok := <-wi.ResultChan():
+					if !ok {
+						return
+					}
+					var name string
+					var ctrs []corev1.Container
+					switch o := ev.Object.(type) {
+					case *appsv1.Deployment:
+						name, ctrs = o.Name+"@"+o.ResourceVersion, o.Spec.Template.Spec.Containers
+					case *appsv1.ReplicaSet:
+						name, ctrs = o.Name, o.Spec.Template.Spec.Containers
+					case *corev1.Pod:
+						name, ctrs = o.Name, o.Spec.Containers
+					}
+					for _, c := range ctrs {
+						if c.Image == tag {
+							w.mu.Lock()
+							w.seen = append(w.seen, fmt.Sprintf("%s %s %s", ev.Type, kind, name))
+							w.mu.Unlock()
+						}
+					}
+				}
+			}
+		}()
+	}
+	return w
+}
+
+// take returns what was seen since the last call and forgets it.
+func (w *bareTagWatch) take() []string {
+	// Let events already sent arrive.
+	time.Sleep(time.Second)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.seen
+	w.seen = nil
+	return out
+}
+
+func (w *bareTagWatch) stop() {
+	w.cancel()
+	w.done.Wait()
+}
+
+func TestRender_B2_HelmWithThePostRendererNeverDeploysTheBareTag(t *testing.T) {
+	e := newEnv(t)
+	h := newHelm(t, e)
+	digest := e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	pinned := tag + "@" + digest
+
+	// The group's anchor lives outside the chart and already carries the
+	// record: one tick observes the registry and records the digest (R5).
+	testenv.Deployment(t, e.c.Client, e.ns, "state", testenv.WithContainer("app", tag), testenv.WithReplicas(1))
+	e.settle("Deployment", "state")
+	group := `groups:
+  - name: web
+    anchor: {kind: Deployment, namespace: {{ns}}, name: state}
+    images:
+      - name: web
+        repository: {{reg}}/acme/web
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: state, container: app}
+`
+	tickCfg := e.config(group)
+	cfg := e.config(group + "          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}\n")
+	if code, _ := e.tick(tickCfg); code != 0 {
+		t.Fatalf("tick exit %d", code)
+	}
+	if got := e.annotations("state")[e.key("last-refreshed-web-digest")]; got != digest {
+		t.Fatalf("setup: recorded %q, want %q", got, digest)
+	}
+
+	chart := webChart(t, tag)
+	watch := e.watchBareTag("web", tag)
+
+	// helm template: the post-renderer reads the record from the cluster.
+	plain := h.run("template", "web", chart, "-n", e.ns)
+	rendered := h.run(append([]string{"template", "web", chart, "-n", e.ns}, h.postRenderer(cfg, "--namespace="+e.ns)...)...)
+	if !strings.Contains(rendered, "image: "+pinned+"\n") || strings.Contains(rendered, "image: "+tag+"\n") {
+		t.Errorf("helm template with the post-renderer did not pin web:\n%s", rendered)
+	}
+	if !sameObjects(t, plain, strings.ReplaceAll(rendered, pinned, tag)) {
+		t.Errorf("helm template with the post-renderer changed more than the image:\n--- without\n%s\n--- with\n%s", plain, rendered)
+	}
+
+	// Install: the first Deployment written is already pinned.
+	h.run(append([]string{"upgrade", "--install", "web", chart, "-n", e.ns}, h.postRenderer(cfg, "--namespace="+e.ns)...)...)
+	e.settle("Deployment", "web")
+	if got := e.image("web", "web"); got != pinned {
+		t.Fatalf("after helm install web runs %s, want %s\npost-renderer log:\n%s", got, pinned, h.renderLog())
+	}
+	if !strings.Contains(h.renderLog(), "pinned to the recorded digest") {
+		t.Errorf("the post-renderer logged no pin:\n%s", h.renderLog())
+	}
+
+	// Fix A agrees: nothing to do on web (R9), so B and A do not fight.
+	rv := e.deployment("web").ResourceVersion
+	if code, logs := e.tick(cfg); code != 0 {
+		t.Fatalf("tick exit %d:\n%s", code, logs)
+	}
+	if got := e.deployment("web").ResourceVersion; got != rv {
+		t.Errorf("fix A wrote the Deployment the post-renderer pinned (resourceVersion %s -> %s)", rv, got)
+	}
+
+	// An upgrade that changes the pod template rolls out, pinned. The
+	// release namespace reaches the post-renderer through HELM_NAMESPACE.
+	out, err := h.try([]string{"HELM_NAMESPACE=" + e.ns},
+		append([]string{"upgrade", "web", chart, "--set", "revision=2"}, h.postRenderer(cfg)...)...)
+	if err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	e.settle("Deployment", "web")
+	d := e.deployment("web")
+	if got := d.Spec.Template.Annotations["revision"]; got != "2" {
+		t.Fatalf("setup: the upgrade did not roll out (revision %q)", got)
+	}
+	if got := e.image("web", "web"); got != pinned {
+		t.Errorf("after helm upgrade web runs %s, want %s", got, pinned)
+	}
+	if seen := watch.take(); len(seen) > 0 {
+		t.Errorf("the bare tag %s was deployed with the post-renderer in place: %q", tag, seen)
+	}
+
+	// Control: without the post-renderer the same upgrade reverts the pin,
+	// and the watch sees it; fix A then re-pins (B3).
+	h.run("upgrade", "web", chart, "-n", e.ns, "--set", "revision=3")
+	e.settle("Deployment", "web")
+	if seen := watch.take(); len(seen) == 0 {
+		t.Errorf("control: a helm upgrade without the post-renderer did not deploy the bare tag, so this test proves nothing")
+	}
+	if code, logs := e.tick(cfg); code != 0 || e.image("web", "web") != pinned {
+		t.Fatalf("fix A did not re-pin after the control upgrade: exit %d, %s\n%s", code, e.image("web", "web"), logs)
+	}
+	watch.take()
+
+	// With the post-renderer again, the upgrade writes the value fix A
+	// wrote: no bare tag, and, under Helm 4's server-side apply, no field
+	// conflict with image-refresh's write and no --force-conflicts (R17).
+	h.run(append([]string{"upgrade", "web", chart, "-n", e.ns, "--set", "revision=4"}, h.postRenderer(cfg, "--namespace="+e.ns)...)...)
+	e.settle("Deployment", "web")
+	if got := e.image("web", "web"); got != pinned {
+		t.Errorf("after the last helm upgrade web runs %s, want %s", got, pinned)
+	}
+	if h.major >= 4 && !appliedBy(e.deployment("web").ManagedFields, "helm") {
+		t.Errorf("Helm 4 did not use server-side apply; the no-conflict claim above is untested: %+v", e.deployment("web").ManagedFields)
+	}
+	if seen := watch.take(); len(seen) > 0 {
+		t.Errorf("the bare tag was deployed with the post-renderer in place: %q", seen)
+	}
+}
+
+// sameObjects reports whether two manifest streams hold the same objects,
+// ignoring formatting (Helm 4 re-serialises post-rendered manifests).
+func sameObjects(t *testing.T, a, b string) bool {
+	t.Helper()
+	decode := func(s string) []any {
+		var out []any
+		dec := yaml.NewDecoder(strings.NewReader(s))
+		for {
+			var v any
+			if err := dec.Decode(&v); err != nil {
+				if errors.Is(err, io.EOF) {
+					return out
+				}
+				t.Fatalf("decode helm output: %v", err)
+			}
+			if v != nil {
+				out = append(out, v)
+			}
+		}
+	}
+	return reflect.DeepEqual(decode(a), decode(b))
+}
+
+// appliedBy reports whether manager wrote the object with server-side apply.
+func appliedBy(fields []metav1.ManagedFieldsEntry, manager string) bool {
+	for _, f := range fields {
+		if f.Manager == manager && f.Operation == metav1.ManagedFieldsOperationApply {
+			return true
+		}
+	}
+	return false
+}
