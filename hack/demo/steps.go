@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const nSteps = 5
+const nSteps = 6
 
 // 1. R5 first observation, then R7 pins every target.
 func (d *demo) stepPin() {
@@ -84,7 +84,7 @@ func (d *demo) stepHelmUpgrade() {
 	}
 	d.repinLatency = at.Sub(upgraded)
 	d.expectImages(d.pinnedTo)
-	d.expectRollouts(rs, 2, "two rollouts each: Helm's, then the re-pin (fix B avoids the first)")
+	d.expectRollouts(rs, 2, "two rollouts each: Helm's, then the re-pin (the webhook of step 4 avoids the first)")
 	d.ok("re-pinned: every target back on its digest %s after helm upgrade returned", ms(d.repinLatency))
 	var fromHelm string
 	for _, m := range d.events("Repinned") {
@@ -133,10 +133,10 @@ func (d *demo) watchPinned() <-chan time.Time {
 // rearmCommand finds the command a lockout message names (R18).
 var rearmCommand = regexp.MustCompile(`image-refresh rearm --config (\S+) --group ([\w.-]+)`)
 
-// 4. R10/R12/R18: a node dies mid-rollout; attempts count up to a loud
+// 5. R10/R12/R18: a node dies mid-rollout; attempts count up to a loud
 // lockout; the node comes back; the printed rearm command; converged.
 func (d *demo) stepNodeDown() {
-	d.step(4, nSteps, "A node goes NotReady during a rollout")
+	d.step(5, nSteps, "A node goes NotReady during a rollout")
 	node := d.quietNode()
 	d.say("%s (it runs a resource-monitor pod and nothing else) stops heartbeating: its kwok", node)
 	d.say("agent stops. It still reads Ready for ~20-40 s, but the pod the next rollout sends it")
@@ -218,9 +218,9 @@ func (d *demo) nodeReady(name string) string {
 	return "no Ready condition"
 }
 
-// 5. The closing picture.
+// 6. The closing picture.
 func (d *demo) stepStatus() {
-	d.step(5, nSteps, "image-refresh status")
+	d.step(6, nSteps, "image-refresh status")
 	code, out, _ := d.imageRefresh("status", "--config", d.config)
 	if code != 0 {
 		d.failf("status exited %d", code)

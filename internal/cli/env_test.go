@@ -53,7 +53,7 @@ func (e *env) config(body string) string {
 	e.t.Helper()
 	header := ""
 	// Settings the body sets itself win over the defaults of the header.
-	for _, kv := range [][2]string{{"annotationPrefix", e.prefix}, {"rolloutTimeout", "20s"}, {"registryTimeout", "2s"}} {
+	for _, kv := range [][2]string{{"annotationPrefix", e.prefix}, {"rolloutTimeout", "60s"}, {"registryTimeout", "2s"}} {
 		if !strings.HasPrefix(body, kv[0]+":") && !strings.Contains(body, "\n"+kv[0]+":") {
 			header += kv[0] + ": " + kv[1] + "\n"
 		}
@@ -95,7 +95,7 @@ func (e *env) tick(cfg string, extra ...string) (int, string) {
 	}
 	for _, d := range list.Items {
 		if d.Spec.Replicas == nil || *d.Spec.Replicas > 0 {
-			_ = testenv.WaitSettled(context.Background(), e.c.Client, "Deployment", e.ns, d.Name, 10*time.Second)
+			_ = testenv.WaitSettled(context.Background(), e.c.Client, "Deployment", e.ns, d.Name, 30*time.Second)
 		}
 	}
 	return code, logs
