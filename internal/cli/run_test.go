@@ -116,7 +116,7 @@ func get(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestRun_C1_RevertIsRepinnedWithinSeconds(t *testing.T) {
+func TestRun_C1_C4_RevertIsRepinnedWithinSecondsAndProbesAndMetricsServe(t *testing.T) {
 	e := newEnv(t)
 	digest := e.seed()
 	cfg := e.config(seedShape)
