@@ -64,5 +64,21 @@ cluster-node-up: $(LOCALCLUSTER)
 	@test -n "$(NODE)" || { echo "usage: make cluster-node-up NODE=node-3"; exit 2; }
 	@$(LOCALCLUSTER) node-up "$(RUN_DIR)" "$(NODE)"
 
+# Figures of `run` on a local cluster and registry of its own: revert → re-pin
+# latency, registry and API requests, a pass over 1,000 workloads (about 10
+# minutes; BENCH_WORKLOADS=200 scales the last one down). See
+# docs/performance.md.
+.PHONY: bench
+bench:
+	@bindir=$$(hack/build-cluster.sh) && $(GO) run ./hack/bench -bin-dir "$$bindir"
+
 clean:
 	rm -rf bin
+
+# The image-refresh OCI image, built with ko (no Docker engine) and pushed to
+# $(REGISTRY)/image-refresh:dev; prints the reference with its digest. Needs
+# REGISTRY: eval "$(make -s cluster-up)". VERSION, TAG, KO_DEFAULTBASEIMAGE:
+# see hack/image/build.sh and docs/image.md.
+.PHONY: image
+image:
+	@GO="$(GO)" TOOLS_DIR="$(CACHE)/tools" hack/image/build.sh
