@@ -31,7 +31,13 @@ cluster-bin:
 demo:
 	@bindir=$$(hack/build-cluster.sh) && KEEP="$(KEEP)" $(GO) run ./hack/demo -bin-dir "$$bindir" -run-dir "$(RUN_DIR)"
 
-test: cluster-bin vet
+# The CNCF Distribution registry of the second-registry tests (Debian package
+# docker-registry, no system service left running); a no-op once installed.
+.PHONY: distribution
+distribution:
+	@hack/install-distribution.sh
+
+test: cluster-bin vet distribution
 	$(GO) test -race -count=1 -timeout 25m ./...
 	@$(MAKE) -s fuzz
 

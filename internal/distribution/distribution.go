@@ -1,0 +1,333 @@
+// Package distribution starts the CNCF Distribution registry (Debian's
+// docker-registry package, installed by hack/install-distribution.sh) as a
+// process on loopback, over TLS with a fresh self-signed certificate and
+// htpasswd basic auth, so that tests prove the registry paths of
+// image-refresh (R1 resolve, TLS via caFile, basic auth from pull secrets,
+// R20) against a registry implementation we did not pick the code of.
+//
+// Each registry has its own temporary directory: config.yml, the
+// certificate and key, the htpasswd file, the storage root and the log.
+package distribution
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// DefaultBin is where Debian's docker-registry package puts the registry.
+const DefaultBin = "/usr/bin/docker-registry"
+
+// The credentials every registry started here accepts (htpasswd, bcrypt).
+// They are test credentials: tests grep every output of image-refresh for
+// Password to prove it never leaks (R20).
+const (
+	User     = "image-refresh-robot"
+	Password = "Dstrb-s3cr3t-9f4c2e7a1b"
+	// passwordHash is bcrypt(Password), cost 4: Distribution's htpasswd
+	// backend accepts bcrypt only, and the standard library has no bcrypt.
+	passwordHash = "$2a$04$Yi.rvhY4ZHMKti3vpi9WzOg7LUd3aIu9OKmffAQkgQ6sjg40keRA2"
+)
+
+// Options configures a registry.
+type Options struct {
+	// Bin is the registry binary; default $DISTRIBUTION_BIN, else DefaultBin.
+	Bin string
+	// Dir receives config, certificates, storage and the log; required.
+	Dir string
+}
+
+// Registry is a running Distribution registry.
+type Registry struct {
+	Host     string // "127.0.0.1:PORT"
+	CAPEM    []byte // the self-signed serving certificate, which is its own CA
+	CAFile   string // CAPEM on disk, for a config's registries[].caFile
+	User     string
+	Password string
+	Dir      string
+	LogFile  string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// BinPath returns the registry binary Start would run.
+func BinPath(opts Options) string {
+	if opts.Bin != "" {
+		return opts.Bin
+	}
+	if b := os.Getenv("DISTRIBUTION_BIN"); b != "" {
+		return b
+	}
+	return DefaultBin
+}
+
+// Start writes the registry's files into opts.Dir, starts it on a free
+// loopback port and returns once it answers /v2/ over TLS (with 401, since
+// auth is on). Stop it with Stop.
+func Start(ctx context.Context, opts Options) (*Registry, error) {
+	bin := BinPath(opts)
+	if st, err := os.Stat(bin); err != nil || st.IsDir() {
+		return nil, fmt.Errorf("distribution: registry binary %s not found; install it with hack/install-distribution.sh (Debian package docker-registry) or set DISTRIBUTION_BIN", bin)
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("distribution: Options.Dir is required")
+	}
+	if err := os.MkdirAll(filepath.Join(opts.Dir, "storage"), 0o700); err != nil {
+		return nil, fmt.Errorf("distribution: %w", err)
+	}
+	r := &Registry{User: User, Password: Password, Dir: opts.Dir, LogFile: filepath.Join(opts.Dir, "registry.log")}
+	certFile, keyFile := filepath.Join(opts.Dir, "tls.crt"), filepath.Join(opts.Dir, "tls.key")
+	var err error
+	if r.CAPEM, err = writeSelfSigned(certFile, keyFile); err != nil {
+		return nil, fmt.Errorf("distribution: %w", err)
+	}
+	r.CAFile = filepath.Join(opts.Dir, "ca.pem")
+	if err := os.WriteFile(r.CAFile, r.CAPEM, 0o644); err != nil {
+		return nil, fmt.Errorf("distribution: %w", err)
+	}
+	htpasswd := filepath.Join(opts.Dir, "htpasswd")
+	if err := os.WriteFile(htpasswd, []byte(User+":"+passwordHash+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("distribution: %w", err)
+	}
+	// A port picked by the kernel can be taken again before the registry
+	// binds it; try a few.
+	var last error
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("distribution: %w", err)
+		}
+		r.Host = fmt.Sprintf("127.0.0.1:%d", port)
+		cfg := filepath.Join(opts.Dir, "config.yml")
+		if err := os.WriteFile(cfg, []byte(config(r.Host, filepath.Join(opts.Dir, "storage"), certFile, keyFile, htpasswd)), 0o600); err != nil {
+			return nil, fmt.Errorf("distribution: %w", err)
+		}
+		if last = r.start(ctx, bin, cfg); last == nil {
+			return r, nil
+		}
+		_ = r.Stop()
+	}
+	return nil, last
+}
+
+// config is the registry's config.yml: loopback only, TLS, htpasswd, and
+// manifest deletion on (tests delete a tag by deleting its manifest).
+func config(addr, storage, cert, key, htpasswd string) string {
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	return fmt.Sprintf(`version: 0.1
+log:
+  level: info
+  formatter: text
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: %s
+  secret: %s
+  tls:
+    certificate: %s
+    key: %s
+  headers:
+    X-Content-Type-Options: [nosniff]
+auth:
+  htpasswd:
+    realm: image-refresh-test
+    path: %s
+`, storage, addr, hex.EncodeToString(secret), cert, key, htpasswd)
+}
+
+func (r *Registry) start(ctx context.Context, bin, cfg string) error {
+	logFile, err := os.OpenFile(r.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("distribution: %w", err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, "serve", cfg)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = r.Dir
+	// Its own process group, and SIGKILL when the test binary dies, so an
+	// interrupted test leaves no registry behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("distribution: start %s: %w", bin, err)
+	}
+	r.cmd, r.exited = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(r.exited) }()
+	return r.waitReady(ctx, 30*time.Second)
+}
+
+// waitReady polls GET /v2/ over TLS until the registry answers 401 (auth
+// required) or 200.
+func (r *Registry) waitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Transport: r.Transport(), Timeout: 2 * time.Second}
+	var last error
+	for {
+		select {
+		case <-r.exited:
+			return fmt.Errorf("distribution: the registry exited at start; log:\n%s", r.tail(20))
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+r.Host+"/v2/", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("GET /v2/ answered %d", resp.StatusCode)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("distribution: not ready on %s after %s: %v; log:\n%s", r.Host, timeout, last, r.tail(20))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Transport trusts the registry's certificate (and nothing else).
+func (r *Registry) Transport() *http.Transport {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.CAPEM)
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return t
+}
+
+// Stop stops the registry (SIGTERM, then SIGKILL after 5 s).
+func (r *Registry) Stop() error {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return nil
+	}
+	select {
+	case <-r.exited:
+		return nil
+	default:
+	}
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-r.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+	}
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-r.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("distribution: registry pid %d still running after SIGKILL", r.cmd.Process.Pid)
+	}
+}
+
+// Log returns the registry's log so far (access log included).
+func (r *Registry) Log() string {
+	b, _ := os.ReadFile(r.LogFile)
+	return string(b)
+}
+
+func (r *Registry) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(r.Log(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// StartT starts a registry in a temporary directory of t and stops it when
+// the test ends. A missing binary fails the test with the install command.
+func StartT(t testing.TB) *Registry {
+	t.Helper()
+	r, err := Start(context.Background(), Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("distribution registry log (%s), last lines:\n%s", r.LogFile, r.tail(40))
+		}
+	})
+	return r
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// writeSelfSigned writes a certificate for 127.0.0.1, ::1 and localhost that
+// is its own CA, and its key; it returns the certificate in PEM.
+func writeSelfSigned(certFile, keyFile string) ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "distribution-test"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("create certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, err
+	}
+	return certPEM, nil
+}
