@@ -71,8 +71,9 @@ cluster-node-up: $(LOCALCLUSTER)
 	@$(LOCALCLUSTER) node-up "$(RUN_DIR)" "$(NODE)"
 
 # Figures of `run` on a local cluster and registry of its own: revert → re-pin
-# latency, registry and API requests, a pass over 1,000 workloads (about 10
-# minutes; BENCH_WORKLOADS=200 scales the last one down). See
+# latency, registry and API requests, passes over 1,000 workloads. About 17
+# minutes on 2 cores, 12 of them rolling out the 1,000 Deployments;
+# BENCH_WORKLOADS=300 scales that down (roughly 9 minutes in all, estimated). See
 # docs/performance.md.
 .PHONY: bench
 bench:

@@ -76,9 +76,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c = &Cluster{RunDir: opts.RunDir, BinDir: opts.BinDir, Procs: map[string]*process{}, NodeNames: opts.Nodes, Detach: opts.Detach, log: opts.Log}
+	started := c // the returns below set c to nil
 	defer func() {
 		if err != nil {
-			_ = c.Stop()
+			_ = started.Stop()
 		}
 	}()
 	p, err := newPKI(filepath.Join(opts.RunDir, "pki"))

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +36,18 @@ type Runner struct {
 	// OnRepin, if set, is called right after a workload's re-pin write
 	// landed (the controller measures revert → re-pin latency with it).
 	OnRepin func(group string, wc refresh.WorkloadChange)
+
+	mu        sync.Mutex
+	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
+}
+
+// keychainTTL bounds how long a pull-secret keychain is reused, so that a
+// rotated secret is picked up.
+const keychainTTL = 10 * time.Minute
+
+type cachedKeychain struct {
+	kc authn.Keychain
+	at time.Time
 }
 
 // Snapshot is one group's observation plus the objects it was read from.
@@ -137,9 +150,18 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 	return Snapshot{Observation: obs, Objects: objs}
 }
 
-// KeychainFor reads the image's target workloads and gives the registry
-// auth for it (the controller's poller, which has no snapshot at hand).
+// KeychainFor gives the registry auth for an image to the controller's
+// poller, which has no snapshot at hand: from the pull secrets the last
+// pass saw on the image's targets, or, before any pass, by reading them.
+// Reading every target on every poll would cost one API read per target per
+// interval (C2).
 func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keychain {
+	r.mu.Lock()
+	cached, ok := r.keychains[img.Repository+":"+img.Tag+"/"+img.Name]
+	r.mu.Unlock()
+	if ok && time.Since(cached.at) < keychainTTL {
+		return cached.kc
+	}
 	objs := map[config.Workload]*workload.Object{}
 	for _, t := range img.Targets {
 		if _, ok := objs[t.Workload()]; ok {
@@ -170,6 +192,14 @@ func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config
 		}
 	}
 	var extra []authn.Keychain
+	defer func() {
+		r.mu.Lock()
+		if r.keychains == nil {
+			r.keychains = map[string]cachedKeychain{}
+		}
+		r.keychains[img.Repository+":"+img.Tag+"/"+img.Name] = cachedKeychain{kc: registry.Keychain(extra...), at: time.Now()}
+		r.mu.Unlock()
+	}()
 	namespaces := make([]string, 0, len(secrets))
 	for ns := range secrets {
 		namespaces = append(namespaces, ns)

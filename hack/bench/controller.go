@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/controller"
+	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/poller"
+	"github.com/image-refresh/image-refresh/internal/reconcile"
+	"github.com/image-refresh/image-refresh/internal/registry"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// apiCounter counts the API requests of one controller, by kind of verb.
+// It wraps the controller's rest.Config transport, so it sees the engine's
+// reads and writes, the informers' lists and watches, and nothing of the
+// bench's own client.
+type apiCounter struct {
+	mu    sync.Mutex
+	total apiCounts
+	byKey map[string]int // "verb resource" → requests
+}
+
+// apiCounts are counts of requests by kind: reads are get and list; a watch
+// is one long-lived request; writes are create, update, patch and delete.
+type apiCounts struct{ Reads, Watches, Writes int }
+
+func (a apiCounts) sub(b apiCounts) apiCounts {
+	return apiCounts{a.Reads - b.Reads, a.Watches - b.Watches, a.Writes - b.Writes}
+}
+
+func (c *apiCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		verb, resource := classify(req)
+		c.mu.Lock()
+		switch verb {
+		case "get", "list":
+			c.total.Reads++
+		case "watch":
+			c.total.Watches++
+		default:
+			c.total.Writes++
+		}
+		c.byKey[verb+" "+resource]++
+		c.mu.Unlock()
+		return rt.RoundTrip(req)
+	})
+}
+
+func (c *apiCounter) snapshot() (apiCounts, map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int, len(c.byKey))
+	for k, v := range c.byKey {
+		m[k] = v
+	}
+	return c.total, m
+}
+
+// writesSince lists the writes by "verb resource" since an earlier
+// snapshot, most frequent first.
+func (c *apiCounter) writesSince(before map[string]int) string {
+	_, now := c.snapshot()
+	type kv struct {
+		k string
+		n int
+	}
+	var list []kv
+	for k, v := range now {
+		if d := v - before[k]; d > 0 && !strings.HasPrefix(k, "get ") && !strings.HasPrefix(k, "list ") && !strings.HasPrefix(k, "watch ") {
+			list = append(list, kv{k, d})
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].n > list[j].n || list[i].n == list[j].n && list[i].k < list[j].k })
+	out := make([]string, len(list))
+	for i, e := range list {
+		out[i] = fmt.Sprintf("%s ×%d", e.k, e.n)
+	}
+	return strings.Join(out, ", ")
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// classify names a request's verb (get, list, watch, create, update,
+// patch, delete) and resource from its method and path, e.g.
+// /apis/apps/v1/namespaces/ns/deployments/name → get deployments.
+func classify(req *http.Request) (verb, resource string) {
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:] // api/v1
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:] // apis/group/version
+	default:
+		parts = nil // discovery, /healthz, …
+	}
+	named := false
+	switch {
+	case len(parts) >= 3 && parts[0] == "namespaces":
+		resource, named = parts[2], len(parts) >= 4
+	case len(parts) >= 1:
+		resource, named = parts[0], len(parts) >= 2
+	default:
+		resource = "discovery"
+	}
+	switch req.Method {
+	case http.MethodGet:
+		switch {
+		case req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1":
+			verb = "watch"
+		case named:
+			verb = "get"
+		default:
+			verb = "list"
+		}
+	case http.MethodPost:
+		verb = "create"
+	case http.MethodPut:
+		verb = "update"
+	case http.MethodPatch:
+		verb = "patch"
+	case http.MethodDelete:
+		verb = "delete"
+	default:
+		verb = strings.ToLower(req.Method)
+	}
+	return verb, resource
+}
+
+// ctlOptions are the `run` flags a measurement sets.
+type ctlOptions struct {
+	pollInterval time.Duration
+	pollJitter   float64
+	workers      int
+	// fightMaxRounds: the latency run reverts the same target a hundred
+	// times on purpose; C5 would rightly stop re-pinning after a few.
+	fightMaxRounds int
+}
+
+// bench is one image-refresh controller built as internal/cli/run.go
+// builds it, with its API requests counted.
+type bench struct {
+	ctl    *controller.Controller
+	runner *reconcile.Runner
+	cfg    *config.Config
+	api    *apiCounter
+	mgr    ctrl.Manager
+
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// newController builds (does not start) a controller for the groups.
+func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
+	cfg, err := config.Parse(w.configYAML(groups), "bench.yaml")
+	if err != nil {
+		return nil, err
+	}
+	if o.workers == 0 {
+		o.workers = 4 // run's --workers default
+	}
+	if o.fightMaxRounds == 0 {
+		o.fightMaxRounds = 3 // run's --fight-max-repins default
+	}
+	api := &apiCounter{byKey: map[string]int{}}
+	rc := rest.CopyConfig(w.cluster.Config)
+	rc.UserAgent = "image-refresh/bench"
+	rc.QPS, rc.Burst = 50, 100 // as run.go and the runner set them
+	rc.WrapTransport = api.wrap
+
+	// The runner, as common.runner in internal/cli/root.go builds it.
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	m := metrics.New()
+	hosts := []registry.HostConfig{{Host: w.reg.Host(), Insecure: true}}
+	res, err := registry.NewResolver(registry.Options{Hosts: hosts, Timeout: cfg.RegistryTimeout, UserAgent: "image-refresh/bench", OnRequest: m.RegistryRequest})
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(w.log, nil))
+	r := &reconcile.Runner{Config: cfg, ConfigPath: "bench.yaml", Kube: kube,
+		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log}
+
+	// The poller, the controller and the manager, as run.go wires them.
+	p := &poller.Poller{
+		Interval: o.pollInterval, Jitter: o.pollJitter,
+		Resolve: func(ctx context.Context, img config.Image) (string, error) {
+			return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
+		},
+	}
+	c := controller.New(r, p, o.pollInterval, o.fightMaxRounds, 10*time.Minute)
+	namespaces := map[string]cache.Config{}
+	for _, ns := range controller.Namespaces(cfg) {
+		namespaces[ns] = cache.Config{}
+	}
+	grace := 10 * time.Second
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+		Scheme:                  scheme.Scheme,
+		Cache:                   cache.Options{DefaultNamespaces: namespaces},
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		GracefulShutdownTimeout: &grace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controller manager: %w", err)
+	}
+	if err := c.SetupWithManager(mgr, o.workers); err != nil {
+		return nil, err
+	}
+	return &bench{ctl: c, runner: r, cfg: cfg, api: api, mgr: mgr}, nil
+}
+
+// start runs the manager until stop; it returns once the caches synced.
+func (b *bench) start(ctx context.Context) error {
+	ctx, b.cancel = context.WithCancel(ctx)
+	b.done = make(chan error, 1)
+	go func() { b.done <- b.mgr.Start(ctx) }()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if !b.mgr.GetCache().WaitForCacheSync(sctx) {
+		b.stop()
+		return fmt.Errorf("the controller's caches did not sync")
+	}
+	return nil
+}
+
+// stop cancels the manager, as SIGTERM does, and waits for it.
+func (b *bench) stop() {
+	if b.cancel == nil {
+		return
+	}
+	b.cancel()
+	select {
+	case err := <-b.done:
+		if err != nil {
+			progress("controller stopped: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		progress("controller did not stop within 30 s")
+	}
+	b.cancel = nil
+}
+
+// pass runs one reconcile of every group through the controller's own
+// Reconcile, with the manager's concurrency (--workers), and returns how
+// long the whole pass took. This is what the workqueue does on a resync,
+// without the queue.
+func (b *bench) pass(ctx context.Context, workers int) time.Duration {
+	start := time.Now()
+	jobs := make(chan string)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for name := range jobs {
+				_, _ = b.ctl.Reconcile(ctx, ctrlreconcile.Request{NamespacedName: typesName(name)})
+			}
+		})
+	}
+	for _, g := range b.cfg.Groups {
+		jobs <- g.Name
+	}
+	close(jobs)
+	wg.Wait()
+	return time.Since(start)
+}
+
+// waitQuiet waits until the controller sent no API request for quiet (its
+// pass is over), or timeout.
+func (b *bench) waitQuiet(ctx context.Context, quiet, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	last, _ := b.api.snapshot()
+	lastChange := time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		now, _ := b.api.snapshot()
+		if now != last {
+			last, lastChange = now, time.Now()
+		} else if time.Since(lastChange) >= quiet {
+			return
+		}
+	}
+}
+
+func typesName(name string) types.NamespacedName { return types.NamespacedName{Name: name} }

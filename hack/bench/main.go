@@ -1,0 +1,166 @@
+// Command bench is `make bench`: it measures image-refresh's long-running
+// mode (`run`, SPEC C1–C5) on a local cluster of its own (etcd,
+// kube-apiserver, controller-manager, scheduler, kwok nodes) and a
+// registry on loopback, and prints a table of figures, each the median of
+// repeated runs with its spread, as aligned text and as markdown for
+// docs/performance.md:
+//
+//  1. revert → re-pin latency (p50/p99 over -reverts reverts);
+//  2. registry HEADs per poll interval for 1, 20 and 200 targets of one
+//     repo:tag;
+//  3. API requests per minute in steady state (reads, watches, writes);
+//  4. one full pass over BENCH_WORKLOADS (default 1000) workloads, and the
+//     process memory with them.
+//
+// The controller is built in-process the way internal/cli/run.go builds it,
+// with its rest.Config transport wrapped to count API requests by verb.
+//
+//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-phases latency,registry,steady,scale]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+type options struct {
+	binDir, runDir, phases string
+	keepRunDir             bool
+	reverts                int
+	pollInterval           time.Duration
+	intervals              int
+	steadyInterval         time.Duration
+	steadyFor              time.Duration
+	workloads              int
+	resyncRuns             int
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.binDir, "bin-dir", "", "directory of the cluster binaries (default: the output of hack/build-cluster.sh)")
+	flag.StringVar(&o.phases, "phases", "latency,registry,steady,scale", "measurements to run, comma-separated")
+	flag.IntVar(&o.reverts, "reverts", 100, "reverts timed for the revert → re-pin latency")
+	flag.DurationVar(&o.pollInterval, "registry-interval", 2*time.Second, "poll interval of the registry measurement")
+	flag.IntVar(&o.intervals, "registry-intervals", 6, "poll intervals counted per size in the registry measurement")
+	flag.DurationVar(&o.steadyInterval, "steady-interval", 10*time.Second, "--poll-interval of the steady-state measurement")
+	flag.DurationVar(&o.steadyFor, "steady-for", 60*time.Second, "how long the steady-state measurement counts")
+	flag.IntVar(&o.resyncRuns, "resync-runs", 3, "resync passes timed over the scale workloads")
+	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
+	flag.Parse()
+	o.workloads = 1000
+	if v := os.Getenv("BENCH_WORKLOADS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "BENCH_WORKLOADS=%q: want a positive integer\n", v)
+			os.Exit(2)
+		}
+		o.workloads = n
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, o)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, o options) int {
+	began := time.Now()
+	if o.binDir == "" {
+		cmd := exec.CommandContext(ctx, "hack/build-cluster.sh")
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			progress("hack/build-cluster.sh: %v", err)
+			return 1
+		}
+		o.binDir = strings.TrimSpace(string(out))
+	}
+	runDir, err := os.MkdirTemp("", "image-refresh-bench-")
+	if err != nil {
+		progress("%v", err)
+		return 1
+	}
+	w, err := startWorld(ctx, o.binDir, runDir)
+	if err != nil {
+		progress("%v", err)
+		return 1
+	}
+	// The engine's and controller-runtime's log lines go to controller.log
+	// in the run directory.
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(w.log, nil)))
+	var rows []row
+	failed, interrupted := false, false
+	for _, phase := range strings.Split(o.phases, ",") {
+		var got []row
+		t := time.Now()
+		progress("── %s", phase)
+		switch strings.TrimSpace(phase) {
+		case "latency":
+			got, err = measureLatency(ctx, w, o.reverts)
+		case "registry":
+			got, err = measureRegistry(ctx, w, o.pollInterval, o.intervals)
+		case "steady":
+			got, err = measureSteady(ctx, w, o.steadyInterval, o.steadyFor)
+		case "scale":
+			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns)
+		default:
+			err = fmt.Errorf("unknown phase %q (want latency, registry, steady, scale)", phase)
+		}
+		if ctx.Err() != nil {
+			progress("interrupted")
+			interrupted = true
+			break
+		}
+		if err != nil {
+			progress("%s: FAILED: %v", phase, err)
+			failed = true
+			break
+		}
+		progress("%s: done in %s", phase, since(t))
+		rows = append(rows, got...)
+	}
+	w.stop()
+	if (failed || o.keepRunDir) && !interrupted {
+		progress("run directory kept: %s", runDir)
+	} else {
+		_ = os.RemoveAll(runDir)
+	}
+	if len(rows) > 0 {
+		fmt.Printf("\nimage-refresh run — measured %s on %s (%d CPUs, %s), %s, total %s\n\n",
+			time.Now().Format("2006-01-02"), cpuModel(), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), since(began))
+		printText(os.Stdout, rows)
+		fmt.Println("\nmarkdown:")
+		fmt.Println()
+		printMarkdown(os.Stdout, rows)
+	}
+	if failed || interrupted {
+		return 1
+	}
+	return 0
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
