@@ -39,7 +39,10 @@ func (c *Client) WaitSettled(ctx context.Context, ref Ref, timeout time.Duration
 			}
 		case apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 			return last, fmt.Errorf("wait for %s to settle: %w", ref, err)
-		case ctx.Err() == nil:
+		case ctx.Err() == nil && !nearDeadline(ctx):
+			// A read cut short by the wait's own deadline (client-go's rate
+			// limiter refuses to wait past it) says nothing about the
+			// workload; the last reason read stays the one reported.
 			lastErr = err
 		}
 		select {
@@ -52,4 +55,9 @@ func (c *Client) WaitSettled(ctx context.Context, ref Ref, timeout time.Duration
 		case <-tick.C:
 		}
 	}
+}
+
+func nearDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < 2*settlePollInterval
 }

@@ -1,0 +1,373 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/internal/webhook"
+)
+
+// Fix B with the real Helm CLI (Helm 4.3 from hack/build-cluster.sh), the
+// real API server and, for B1, the API server calling the real webhook of
+// `image-refresh run --webhook-port`. The release is the chart of hbChart:
+// one Deployment "web" whose template renders repo:tag. The group's anchor
+// ("state") lives outside the chart, as in the render tests.
+
+const hbGroup = `groups:
+  - name: web
+    anchor: {kind: Deployment, namespace: {{ns}}, name: state}
+    images:
+      - name: web
+        repository: {{reg}}/acme/web
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: state, container: app}
+`
+
+// hbWebTarget adds the release's Deployment to the group.
+const hbWebTarget = "          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}\n"
+
+// hbChart writes a chart with one Deployment "web" running image (repo:tag)
+// and carrying the webhook's objectSelector label, so that helm's own
+// CREATE and UPDATE reach the webhook.
+func hbChart(t *testing.T, image string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+		"values.yaml": "image: " + image + "\nrevision: \"1\"\n",
+		"templates/web.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web, ` + managedLabel + `: "true"}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations:
+        revision: {{ .Values.revision | quote }}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: web
+          image: {{ .Values.image }}
+          imagePullPolicy: IfNotPresent
+`,
+	}
+	for name, text := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// hbSetup pushes acme/web:prod, creates the anchor "state" on the tag and
+// lets one tick record the digest on it (R5). It returns the digest, the
+// tag and the config.
+func (e *env) hbSetup() (digest, tag, cfg string) {
+	e.t.Helper()
+	digest = e.push("web", "prod")
+	tag = e.repo("web") + ":prod"
+	testenv.Deployment(e.t, e.c.Client, e.ns, "state", testenv.WithContainer("app", tag), testenv.WithReplicas(1))
+	e.settle("Deployment", "state")
+	// The release does not exist yet: the setup tick runs without it.
+	if code, _ := e.tick(e.config(hbGroup)); code != 0 {
+		e.t.Fatalf("setup tick exit %d", code)
+	}
+	if got := e.annotations("state")[e.key("last-refreshed-web-digest")]; got != digest {
+		e.t.Fatalf("setup: recorded %q, want %q", got, digest)
+	}
+	return digest, tag, e.config(hbGroup + hbWebTarget)
+}
+
+// hbStartWebhook is whStart for the web release: the same
+// MutatingWebhookConfiguration (docs/webhook.md), `run --webhook-port`, and
+// a wait until the API server calls the webhook (a dry-run write of the
+// bare tag to web comes back pinned).
+func (e *env) hbStartWebhook(cfg, tag string, extra ...string) *runningController {
+	e.t.Helper()
+	_, port, _ := net.SplitHostPort(freeAddr(e.t))
+	name := "image-refresh-" + e.ns
+	url := "https://127.0.0.1:" + port + webhook.Path
+	none, ignore, ifNeeded := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Ignore, admissionregistrationv1.IfNeededReinvocationPolicy
+	timeout := int32(3)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         "workloads.image-refresh.io",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "daemonsets", "statefulsets"}},
+			}},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{managedLabel: "true"}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.ns}},
+			FailurePolicy:           &ignore,
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			ReinvocationPolicy:      &ifNeeded,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	mwcs := e.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := mwcs.Create(context.Background(), mwc, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = mwcs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	ctl := e.startRun(cfg, append([]string{"--webhook-port", port, "--webhook-host", "127.0.0.1", "--webhook-config-name", name}, extra...)...)
+	eventually(e.t, 30*time.Second, "the API server calls the webhook", func() bool {
+		d, err := e.whTry("other", "web", map[string]string{"web": tag}, true)
+		return err == nil && strings.Contains(whImages(d)["web"], "@")
+	})
+	return ctl
+}
+
+// deployHistory records every version of one Deployment the API server
+// stored (a watch from the current resourceVersion on): its
+// resourceVersion, generation and container images.
+type deployHistory struct {
+	mu       sync.Mutex
+	versions []deployVersion
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+type deployVersion struct {
+	rv         string
+	generation int64
+	images     map[string]string
+}
+
+func (v deployVersion) String() string {
+	return fmt.Sprintf("rv %s gen %d %v", v.rv, v.generation, v.images)
+}
+
+func (e *env) watchDeployment(name string) *deployHistory {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &deployHistory{cancel: cancel, done: make(chan struct{})}
+	w, err := e.c.Client.AppsV1().Deployments(e.ns).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + name, ResourceVersion: e.deployment(name).ResourceVersion,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		defer close(h.done)
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if d, ok := ev.Object.(*appsv1.Deployment); ok {
+				h.mu.Lock()
+				h.versions = append(h.versions, deployVersion{d.ResourceVersion, d.Generation, whImages(d)})
+				h.mu.Unlock()
+			}
+		}
+	}()
+	e.t.Cleanup(h.stop)
+	return h
+}
+
+// take returns every version seen so far (after letting events in flight
+// arrive) and forgets them.
+func (h *deployHistory) take() []deployVersion {
+	time.Sleep(time.Second)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.versions
+	h.versions = nil
+	return out
+}
+
+func (h *deployHistory) stop() {
+	h.cancel()
+	<-h.done
+}
+
+func TestHelm_B1_UpgradeWithTheWebhookNeverStoresTheTag(t *testing.T) {
+	e := newEnv(t)
+	h := newHelm(t, e)
+	digest, tag, cfg := e.hbSetup()
+	pinned := tag + "@" + digest
+	chart := hbChart(t, tag)
+
+	// Install without B: the release renders the bare tag; the next tick
+	// pins it (fix A), and image-refresh now owns the image field.
+	h.run("install", "web", chart, "-n", e.ns)
+	e.settle("Deployment", "web")
+	if got := e.image("web", "web"); got != tag {
+		t.Fatalf("setup: helm installed %s, want the bare tag %s", got, tag)
+	}
+	if code, _ := e.tick(cfg); code != 0 || e.image("web", "web") != pinned {
+		t.Fatalf("setup: the tick did not pin web: exit %d, %s", code, e.image("web", "web"))
+	}
+	ctl := e.hbStartWebhook(cfg, tag, "--poll-interval", "1h")
+	pins := whMetric(t, ctl, `image_refresh_admission_pins_total{group="web",image="web"}`)
+	before := e.deployment("web")
+	history := e.watchDeployment("web")
+	bare := e.watchBareTag("web", tag)
+	bare.take() // the watch lists what exists first: the install's bare-tag ReplicaSet
+
+	// R17: under Helm 4's server-side apply the image field is owned by
+	// image-refresh (the pin) and helm applies another value (the tag), so
+	// the apply conflicts; the conflict is decided before admission, so the
+	// webhook cannot avoid it. --force-conflicts hands the field to helm,
+	// and the webhook rewrites the value helm applies before it is stored.
+	if out, err := h.try(nil, "upgrade", "web", chart, "-n", e.ns, "--set", "revision=2"); err == nil {
+		t.Errorf("helm upgrade without --force-conflicts succeeded; R17 (docs/field-ownership.md) says it conflicts:\n%s", out)
+	}
+	h.run("upgrade", "web", chart, "-n", e.ns, "--set", "revision=2", "--force-conflicts")
+	e.settle("Deployment", "web")
+
+	after := e.deployment("web")
+	if after.Spec.Template.Annotations["revision"] != "2" {
+		t.Fatalf("setup: the upgrade did not change the pod template (revision %q)", after.Spec.Template.Annotations["revision"])
+	}
+	if got := whImages(after)["web"]; got != pinned {
+		t.Errorf("after helm upgrade web is stored with %s, want %s", got, pinned)
+	}
+	versions := history.take()
+	if len(versions) == 0 {
+		t.Fatalf("the watch saw no stored version of web: the upgrade wrote nothing, so this test proves nothing")
+	}
+	for _, v := range versions {
+		if v.images["web"] != pinned {
+			t.Errorf("a stored version of web does not hold the pin: %s", v)
+		}
+	}
+	t.Logf("%d stored versions of web during the upgrade, all on %s; generation %d -> %d", len(versions), pinned, before.Generation, after.Generation)
+	if seen := bare.take(); len(seen) > 0 {
+		t.Errorf("the bare tag reached the cluster with the webhook in place: %q", seen)
+	}
+	if !appliedBy(after.ManagedFields, "helm") {
+		t.Errorf("helm did not write with server-side apply: %+v", after.ManagedFields)
+	}
+	if got := whMetric(t, ctl, `image_refresh_admission_pins_total{group="web",image="web"}`) - pins; got < 1 {
+		t.Errorf("the webhook counted %v pins, want at least 1", got)
+	}
+	if strings.Contains(ctl.Logs(), "is not on the pinned digest") {
+		t.Errorf("fix A had a revert to heal; the webhook should have prevented it:\n%s", ctl.Logs())
+	}
+}
+
+func TestHelm_B3_RollbackToARevisionBeforeADigestChangeIsHealedByFixA(t *testing.T) {
+	const poll = 10 * time.Second
+	e := newEnv(t)
+	h := newHelm(t, e)
+	old, tag, cfg := e.hbSetup()
+	chart := hbChart(t, tag)
+
+	// B2 installed: revision 1 of the release is rendered through the
+	// post-renderer, so Helm stores it pinned to the digest of that day.
+	h.run(append([]string{"install", "web", chart, "-n", e.ns}, h.postRenderer(cfg, "--namespace="+e.ns)...)...)
+	e.settle("Deployment", "web")
+	if got := e.image("web", "web"); got != tag+"@"+old {
+		t.Fatalf("setup: helm installed %s, want %s\npost-renderer log:\n%s", got, tag+"@"+old, h.renderLog())
+	}
+
+	// A digest change: fix A (run) moves every target and the record.
+	latest := e.push("web", "prod")
+	e.startRun(cfg, "--poll-interval", poll.String(), "--poll-jitter", "0")
+	moved := eventually(t, 3*poll, "fix A moves every target to the new digest", func() bool {
+		return e.image("web", "web") == tag+"@"+latest && e.image("state", "app") == tag+"@"+latest &&
+			e.annotations("state")[e.key("last-refreshed-web-digest")] == latest
+	})
+	t.Logf("fix A moved web and state to the new digest %s after run started", moved.Round(time.Millisecond))
+	e.settle("Deployment", "web")
+	history := e.watchDeployment("web")
+
+	// helm rollback re-applies revision 1's stored manifest: the old pin
+	// (Helm does not run post-renderers on rollback). --force-conflicts as
+	// in the upgrade above: image-refresh owns the image field now (R17).
+	h.run("rollback", "web", "1", "-n", e.ns, "--force-conflicts")
+	start := time.Now()
+	took := eventually(t, poll, "fix A brings web back to the current digest", func() bool {
+		return e.image("web", "web") == tag+"@"+latest
+	})
+	sawOld := false
+	for _, v := range history.take() {
+		sawOld = sawOld || v.images["web"] == tag+"@"+old
+	}
+	if !sawOld {
+		t.Errorf("the rollback never stored the old digest %s: it did not revert, so this test proves nothing", old)
+	}
+	t.Logf("after helm rollback, web was back on %s in %s (poll interval %s; %s since rollback returned)",
+		latest, took.Round(time.Millisecond), poll, time.Since(start).Round(time.Millisecond))
+	if got := e.annotations("state")[e.key("last-refreshed-web-digest")]; got != latest {
+		t.Errorf("the record moved to %s, want it to stay on %s", got, latest)
+	}
+}
+
+func TestHelm_B2_FiftyUpgradesDoNotGrowReplicaSets(t *testing.T) {
+	const upgrades = 50
+	e := newEnv(t)
+	h := newHelm(t, e)
+	first, tag, cfg := e.hbSetup()
+	chart := hbChart(t, tag)
+	pr := h.postRenderer(cfg, "--namespace="+e.ns)
+
+	h.run(append([]string{"install", "web", chart, "-n", e.ns}, pr...)...)
+	e.settle("Deployment", "web")
+	if got := e.image("web", "web"); got != tag+"@"+first {
+		t.Fatalf("setup: helm installed %s, want %s\npost-renderer log:\n%s", got, tag+"@"+first, h.renderLog())
+	}
+	// Fix A runs alongside, as in production: a half-mutated template
+	// would make A and B flip it on every upgrade (k8s-digester #25).
+	// It polls every few seconds, so the digest change below is its move.
+	const poll = 5 * time.Second
+	e.startRun(cfg, "--poll-interval", poll.String(), "--poll-jitter", "0")
+	time.Sleep(time.Second) // the controller's first pass
+	rs, gen := e.rollouts("web"), e.deployment("web").Generation
+
+	start := time.Now()
+	for i := range upgrades {
+		h.run(append([]string{"upgrade", "web", chart, "-n", e.ns}, pr...)...)
+		if g := e.deployment("web").Generation; g != gen {
+			t.Fatalf("upgrade %d of an unchanged chart changed the pod template (generation %d -> %d): %s", i+1, gen, g, e.image("web", "web"))
+		}
+	}
+	t.Logf("%d helm upgrades with the post-renderer in %s", upgrades, time.Since(start).Round(time.Millisecond))
+	if n := e.rollouts("web"); n != rs {
+		t.Errorf("%d unchanged upgrades grew web's ReplicaSets %d -> %d", upgrades, rs, n)
+	}
+
+	// One real digest change: fix A (run) moves every target and the
+	// record, then more upgrades render the new record and change nothing.
+	latest := e.push("web", "prod")
+	eventually(t, 4*poll, "fix A moves every target and the record to the new digest", func() bool {
+		return e.image("web", "web") == tag+"@"+latest && e.image("state", "app") == tag+"@"+latest &&
+			e.annotations("state")[e.key("last-refreshed-web-digest")] == latest
+	})
+	e.settle("Deployment", "web")
+	gen = e.deployment("web").Generation
+	for range 3 {
+		h.run(append([]string{"upgrade", "web", chart, "-n", e.ns}, pr...)...)
+	}
+	e.settle("Deployment", "web")
+	if g := e.deployment("web").Generation; g != gen || e.image("web", "web") != tag+"@"+latest {
+		t.Errorf("upgrades after the digest change: generation %d -> %d, image %s", gen, g, e.image("web", "web"))
+	}
+	if n := e.rollouts("web"); n != rs+1 {
+		t.Errorf("web's ReplicaSets %d -> %d across %d upgrades and one digest change, want exactly one more", rs, n, upgrades+3)
+	}
+}
