@@ -26,7 +26,7 @@ message names this command. Fix what kept the rollout from settling first
 			if group == "" {
 				return invalid("--group is required")
 			}
-			cfg, _, err := c.load()
+			cfg, err := c.load()
 			if err != nil {
 				return err
 			}

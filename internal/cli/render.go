@@ -56,7 +56,7 @@ Exit codes:
   2  the config or the flags are invalid; nothing was written`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := c.load()
+			cfg, err := c.load()
 			if err != nil {
 				return err
 			}

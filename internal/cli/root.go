@@ -99,18 +99,18 @@ func (c *common) bind(cmd *cobra.Command) {
 
 // load validates flags and config before anything touches the cluster, so
 // an invalid one exits 2 with nothing read or written.
-func (c *common) load() (*config.Config, *slog.Logger, error) {
+func (c *common) load() (*config.Config, error) {
 	if c.configPath == "" {
-		return nil, nil, invalid("--config is required")
+		return nil, invalid("--config is required")
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
-		return nil, nil, invalid("--log-format: %q is not one of text, json", c.logFormat)
+		return nil, invalid("--log-format: %q is not one of text, json", c.logFormat)
 	}
 	cfg, err := config.Load(c.configPath)
 	if err != nil {
-		return nil, nil, &ExitError{Code: ExitInvalid, Err: err} // names the file already
+		return nil, &ExitError{Code: ExitInvalid, Err: err} // names the file already
 	}
-	return cfg, nil, nil
+	return cfg, nil
 }
 
 func newLogger(w io.Writer, format string) *slog.Logger {

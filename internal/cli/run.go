@@ -153,7 +153,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	cfg, _, err := o.load()
+	cfg, err := o.load()
 	if err != nil {
 		return err
 	}

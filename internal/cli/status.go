@@ -29,7 +29,7 @@ remediation for anything not pinned (docs/states/). It writes nothing.`,
 			if output != "table" && output != "json" {
 				return invalid("-o: %q is not one of table, json", output)
 			}
-			cfg, _, err := c.load()
+			cfg, err := c.load()
 			if err != nil {
 				return err
 			}
