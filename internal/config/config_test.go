@@ -237,10 +237,19 @@ func TestLoad_ChecksThatEveryCAFileIsAReadablePEMBundle(t *testing.T) {
 }
 
 func TestLoad_TheExampleFailsOnlyOnItsMissingCAFile(t *testing.T) {
-	if _, err := os.Stat("/etc/ssl/extra-ca.pem"); err == nil {
-		t.Skip("/etc/ssl/extra-ca.pem exists here")
+	// The example names /etc/ssl/extra-ca.pem; point it at a path that
+	// surely does not exist, keeping every line where it is.
+	b, err := os.ReadFile("testdata/example.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err := Load("testdata/example.yaml")
+	dir := t.TempDir()
+	path := dir + "/example.yaml"
+	text := strings.Replace(string(b), "/etc/ssl/extra-ca.pem", dir+"/missing-ca.pem", 1)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
 	fes := fieldErrors(err)
 	if len(fes) != 1 || fes[0].Path != "registries[0].caFile" || fes[0].Line != 14 {
 		t.Errorf("want one caFile error at line 14, got %v", err)
