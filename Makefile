@@ -43,14 +43,7 @@ test: cluster-bin vet distribution
 
 # A short run of every fuzz target; the seed corpora live in testdata/fuzz.
 fuzz:
-	@grep -rhoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' internal >/dev/null || exit 0; \
-	for file in $$(grep -rlE --include='*_test.go' '^func Fuzz' internal); do \
-	  dir=./$$(dirname $$file); \
-	  for f in $$(grep -oE '^func Fuzz[A-Za-z0-9_]+' $$file | cut -d' ' -f2); do \
-	    echo "fuzz $$dir $$f ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$dir || exit 1; \
-	  done; \
-	done
+	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" hack/fuzz.sh
 
 $(LOCALCLUSTER): $(shell find hack/localcluster internal/localcluster internal/testregistry -name '*.go' 2>/dev/null)
 	@$(GO) build -o $@ ./hack/localcluster
