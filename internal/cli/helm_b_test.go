@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,12 +10,10 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/image-refresh/image-refresh/internal/testenv"
-	"github.com/image-refresh/image-refresh/internal/webhook"
 )
 
 // Fix B with the real Helm CLI (Helm 4.3 from hack/build-cluster.sh), the
@@ -101,46 +98,11 @@ func (e *env) hbSetup() (digest, tag, cfg string) {
 	return digest, tag, e.config(hbGroup + hbWebTarget)
 }
 
-// hbStartWebhook is whStart for the web release: the same
-// MutatingWebhookConfiguration (docs/webhook.md), `run --webhook-port`, and
-// a wait until the API server calls the webhook (a dry-run write of the
-// bare tag to web comes back pinned).
+// hbStartWebhook is whStart for the web release: ready once a dry-run
+// write of the bare tag to web comes back pinned.
 func (e *env) hbStartWebhook(cfg, tag string, extra ...string) *runningController {
 	e.t.Helper()
-	_, port, _ := net.SplitHostPort(freeAddr(e.t))
-	name := "image-refresh-" + e.ns
-	url := "https://127.0.0.1:" + port + webhook.Path
-	none, ignore, ifNeeded := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Ignore, admissionregistrationv1.IfNeededReinvocationPolicy
-	timeout := int32(3)
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         "workloads.image-refresh.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "daemonsets", "statefulsets"}},
-			}},
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{managedLabel: "true"}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.ns}},
-			FailurePolicy:           &ignore,
-			SideEffects:             &none,
-			TimeoutSeconds:          &timeout,
-			ReinvocationPolicy:      &ifNeeded,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
-	mwcs := e.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	if _, err := mwcs.Create(context.Background(), mwc, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = mwcs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	ctl := e.startRun(cfg, append([]string{"--webhook-port", port, "--webhook-host", "127.0.0.1", "--webhook-config-name", name}, extra...)...)
-	eventually(e.t, 30*time.Second, "the API server calls the webhook", func() bool {
-		d, err := e.whTry("other", "web", map[string]string{"web": tag}, true)
-		return err == nil && strings.Contains(whImages(d)["web"], "@")
-	})
-	return ctl
+	return e.whStartProbed(cfg, "web", map[string]string{"web": tag}, extra...)
 }
 
 // deployHistory records every version of one Deployment the API server

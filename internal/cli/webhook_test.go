@@ -40,13 +40,20 @@ func (e *env) whLabel(names ...string) {
 	}
 }
 
-// whStart installs the MutatingWebhookConfiguration of docs/webhook.md for
-// this namespace, pointing at https://127.0.0.1:PORT/mutate-workloads and
-// without a caBundle, then starts `run --webhook-port PORT`, which fills the
-// caBundle in (self-signed). It returns once the API server calls the
-// webhook: a dry-run re-render of requests-proxy to the tag comes back
-// pinned.
+// whStart starts the webhook for the seed's shape: it returns once a
+// dry-run re-render of requests-proxy to the tag comes back pinned.
 func (e *env) whStart(cfg string, extra ...string) *runningController {
+	e.t.Helper()
+	return e.whStartProbed(cfg, "requests-proxy", map[string]string{"proxy": e.repo("api") + ":prod"}, extra...)
+}
+
+// whStartProbed installs the MutatingWebhookConfiguration of docs/webhook.md
+// for this namespace, pointing at https://127.0.0.1:PORT/mutate-workloads
+// and without a caBundle, then starts `run --webhook-port PORT`, which fills
+// the caBundle in (self-signed). It returns once the API server calls the
+// webhook: a dry-run re-render of probe's containers to the given images
+// comes back pinned.
+func (e *env) whStartProbed(cfg, probe string, images map[string]string, extra ...string) *runningController {
 	e.t.Helper()
 	_, port, _ := net.SplitHostPort(freeAddr(e.t))
 	name := "image-refresh-" + e.ns
@@ -82,8 +89,17 @@ func (e *env) whStart(cfg string, extra ...string) *runningController {
 		return err == nil && strings.Contains(string(got.Webhooks[0].ClientConfig.CABundle), "BEGIN CERTIFICATE")
 	})
 	eventually(e.t, 30*time.Second, "the API server calls the webhook", func() bool {
-		d, err := e.whTry("helm", "requests-proxy", map[string]string{"proxy": e.repo("api") + ":prod"}, true)
-		return err == nil && strings.Contains(d.Spec.Template.Spec.Containers[0].Image, "@")
+		d, err := e.whTry("helm", probe, images, true)
+		if err != nil {
+			return false
+		}
+		got := whImages(d)
+		for c := range images {
+			if !strings.Contains(got[c], "@") {
+				return false
+			}
+		}
+		return true
 	})
 	return ctl
 }

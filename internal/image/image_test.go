@@ -75,9 +75,6 @@ func TestBuildRequiresRegistry(t *testing.T) {
 // registry and checks the pushed image: tag, entrypoint, user, platform, and
 // a static, stripped binary that prints the version stamp.
 func TestImage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the image with ko (about a minute warm)")
-	}
 	root := repoRoot(t)
 	reg := testregistry.Start(t)
 	version := fmt.Sprintf("0.0.0-imagetest.%d", time.Now().UnixNano())

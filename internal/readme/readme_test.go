@@ -492,9 +492,6 @@ var slow = regexp.MustCompile(`\bmake .*cluster-node-(down|up)\b`)
 // export lines, the cheap lines in between succeed, and cluster-down stops
 // every process cluster-up started.
 func TestReadme_LocalClusterCommandsRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a local cluster")
-	}
 	dir := root(t)
 	var lines []command
 	for _, b := range codeBlocks(readme(t)) {
