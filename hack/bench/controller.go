@@ -200,7 +200,8 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	}
 	log := slog.New(slog.NewTextHandler(w.log, nil))
 	r := &reconcile.Runner{Config: cfg, ConfigPath: "bench.yaml", Kube: kube,
-		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log}
+		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
+		Instance: reconcile.InstanceName()}
 
 	// The poller, the controller and the manager, as run.go wires them.
 	p := &poller.Poller{

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
+	"github.com/image-refresh/image-refresh/internal/freeport"
 	"github.com/image-refresh/image-refresh/internal/webhook"
 )
 
@@ -359,10 +360,9 @@ func httpGet(url string) (int, string) {
 }
 
 func freeAddr(d *demo) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	d.must(err, "find a free port")
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 func freePort(d *demo) int {

@@ -350,3 +350,40 @@ func TestDistribution_R1_DeletedTagIsNotFoundAndNeverPinned(t *testing.T) {
 		t.Errorf("after the tag came back requests-proxy runs %s, want %s", got, want)
 	}
 }
+
+// R1: with the pull secret gone, image-refresh asks anonymously; Distribution
+// refuses with 401, which is a WARN and a counted failure, never a pin.
+// The secret back: converged in one tick.
+func TestDistribution_R1_WithoutCredentialsIsUnauthorizedAndNeverPinned(t *testing.T) {
+	d := newDistEnv(t)
+	old := d.seedDist(distribution.Password)
+	cfg := d.distConfig(true)
+	pinned := d.pinDist(cfg, old)
+	if err := d.c.Client.CoreV1().Secrets(d.ns).Delete(context.Background(), "regcred", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := d.dist.MustPushRandomImage(t, "acme/api", "prod")
+	code, logs := d.tick(cfg)
+	if code != 0 {
+		t.Errorf("tick without credentials: exit %d, want 0 below the failure ceiling", code)
+	}
+	if len(logLines(logs, "WARN", "imagePullSecrets not found", "regcred")) == 0 {
+		t.Errorf("no WARN naming the missing pull secret regcred:\n%s", logs)
+	}
+	if len(logLines(logs, "WARN", d.repo(), "unauthorized", "HTTP 401")) == 0 {
+		t.Errorf("no WARN naming %s, unauthorized and HTTP 401:\n%s", d.repo(), logs)
+	}
+	if got := d.image("requests-proxy", "proxy"); got != pinned {
+		t.Errorf("requests-proxy re-imaged to %s without credentials, want %s", got, pinned)
+	}
+	if got := d.annotations("jobs-manager")[d.key("last-refreshed-api-digest")]; got != old {
+		t.Errorf("record moved to %q without credentials, want %q", got, old)
+	}
+	d.dockerConfigSecret("regcred", d.dist.Host, d.dist.User, distribution.Password, false)
+	if code, _ := d.tick(cfg); code != 0 {
+		t.Fatalf("tick with the secret back: exit %d, want 0", code)
+	}
+	if got, want := d.image("requests-proxy", "proxy"), d.repo()+":prod@"+next; got != want {
+		t.Errorf("with the secret back requests-proxy runs %s, want %s", got, want)
+	}
+}

@@ -193,13 +193,20 @@ func (e *env) settle(kind, name string) {
 // events returns "reason: message" of every event on the named object.
 func (e *env) events(name string) []string {
 	e.t.Helper()
+	return e.eventsWhere(func(ev corev1.Event) bool { return ev.InvolvedObject.Name == name })
+}
+
+// eventsWhere returns "reason: message" of every event of the namespace
+// that match accepts.
+func (e *env) eventsWhere(match func(corev1.Event) bool) []string {
+	e.t.Helper()
 	list, err := e.c.Client.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var out []string
 	for _, ev := range list.Items {
-		if ev.InvolvedObject.Name == name {
+		if match(ev) {
 			out = append(out, ev.Reason+": "+ev.Message)
 		}
 	}

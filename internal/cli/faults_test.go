@@ -68,6 +68,19 @@ type apiProxy struct {
 // points at it; both go away when the test ends.
 func (e *env) newAPIProxy() *apiProxy {
 	e.t.Helper()
+	p := &apiProxy{closing: make(chan struct{})}
+	p.srv, p.kubeconfig = e.startAPIProxy("kubeconfig-proxy", p.closing, p.serve)
+	return p
+}
+
+// startAPIProxy starts a TLS reverse proxy on loopback in front of the
+// cluster's kube-apiserver, which forwards with the admin client
+// certificate; serve answers every request, forwarding it through rp when
+// it chooses. closing is closed before the server at cleanup, so that a
+// held request is released and Close does not wait on it. It returns the
+// server and a kubeconfig (file name) that points at it.
+func (e *env) startAPIProxy(name string, closing chan struct{}, serve func(w http.ResponseWriter, r *http.Request, rp *httputil.ReverseProxy)) (*httptest.Server, string) {
+	e.t.Helper()
 	upstream, err := url.Parse(e.c.Config.Host)
 	if err != nil {
 		e.t.Fatal(err)
@@ -76,31 +89,30 @@ func (e *env) newAPIProxy() *apiProxy {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p := &apiProxy{closing: make(chan struct{})}
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.Transport = &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}
 	rp.FlushInterval = -1                    // watches stream
 	rp.ErrorLog = log.New(io.Discard, "", 0) // "connection refused" while the API server restarts is expected
-	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.serve(w, r, rp)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serve(w, r, rp)
 	}))
-	p.srv.StartTLS()
+	srv.StartTLS()
 	e.t.Cleanup(func() {
-		close(p.closing) // release held requests, so Close does not wait on them
-		p.srv.Close()
+		close(closing)
+		srv.Close()
 	})
 
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["proxy"] = &clientcmdapi.Cluster{Server: p.srv.URL, CertificateAuthorityData: caPEM}
+	cfg.Clusters["proxy"] = &clientcmdapi.Cluster{Server: srv.URL, CertificateAuthorityData: caPEM}
 	cfg.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
 	cfg.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
 	cfg.CurrentContext = "proxy"
-	p.kubeconfig = filepath.Join(e.t.TempDir(), "kubeconfig-proxy")
-	if err := clientcmd.WriteToFile(*cfg, p.kubeconfig); err != nil {
+	kubeconfig := filepath.Join(e.t.TempDir(), name)
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		e.t.Fatal(err)
 	}
-	return p
+	return srv, kubeconfig
 }
 
 // set replaces the faults.

@@ -107,7 +107,8 @@ func (e *env) hbStartWebhook(cfg, tag string, extra ...string) *runningControlle
 
 // deployHistory records every version of one Deployment the API server
 // stored (a watch from the current resourceVersion on): its
-// resourceVersion, generation and container images.
+// resourceVersion, generation, container images and annotations, and when
+// the watch delivered it.
 type deployHistory struct {
 	mu       sync.Mutex
 	versions []deployVersion
@@ -116,9 +117,11 @@ type deployHistory struct {
 }
 
 type deployVersion struct {
-	rv         string
-	generation int64
-	images     map[string]string
+	rv          string
+	generation  int64
+	images      map[string]string
+	annotations map[string]string
+	at          time.Time
 }
 
 func (v deployVersion) String() string {
@@ -141,7 +144,7 @@ func (e *env) watchDeployment(name string) *deployHistory {
 		for ev := range w.ResultChan() {
 			if d, ok := ev.Object.(*appsv1.Deployment); ok {
 				h.mu.Lock()
-				h.versions = append(h.versions, deployVersion{d.ResourceVersion, d.Generation, whImages(d)})
+				h.versions = append(h.versions, deployVersion{d.ResourceVersion, d.Generation, whImages(d), d.Annotations, time.Now()})
 				h.mu.Unlock()
 			}
 		}
@@ -159,6 +162,19 @@ func (h *deployHistory) take() []deployVersion {
 	out := h.versions
 	h.versions = nil
 	return out
+}
+
+// first returns the earliest version seen so far that match accepts,
+// without forgetting any.
+func (h *deployHistory) first(match func(deployVersion) bool) (deployVersion, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, v := range h.versions {
+		if match(v) {
+			return v, true
+		}
+	}
+	return deployVersion{}, false
 }
 
 func (h *deployHistory) stop() {

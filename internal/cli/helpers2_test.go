@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/image-refresh/image-refresh/internal/testregistry"
@@ -74,15 +75,7 @@ func (e *env) ownEvents() map[string]int32 {
 // eventMessages returns every Event message of the namespace.
 func (e *env) eventMessages() []string {
 	e.t.Helper()
-	list, err := e.c.Client.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []string
-	for _, ev := range list.Items {
-		out = append(out, ev.Reason+": "+ev.Message)
-	}
-	return out
+	return e.eventsWhere(func(corev1.Event) bool { return true })
 }
 
 // assertUnchanged fails when a Deployment's resourceVersion moved or

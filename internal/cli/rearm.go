@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -46,19 +47,26 @@ message names this command. Fix what kept the rollout from settling first
 			}
 			keys := state.Keys{Prefix: cfg.AnnotationPrefix}
 			expect, set := map[string]*string{}, map[string]*string{}
-			for _, k := range []string{keys.Attempt(), keys.Flap()} {
+			cleared := []string{}
+			keysOf := []string{keys.Attempt(), keys.Holder(), keys.Flap()}
+			for _, img := range g.Images {
+				// A flapping tag's hold (R6 digest-change budget) ends too.
+				keysOf = append(keysOf, keys.DigestChanges(img.Name))
+			}
+			for _, k := range keysOf {
 				if v, ok := obj.Annotations[k]; ok {
 					expect[k], set[k] = &v, nil
+					cleared = append(cleared, k)
 				}
 			}
 			if len(set) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "group %s is not locked out and has no pending attempt; nothing to do\n", group)
+				fmt.Fprintf(cmd.OutOrStdout(), "group %s is not locked out, has no pending attempt and no held image; nothing to do\n", group)
 				return nil
 			}
 			if _, err := r.Workloads.UpdateAnnotations(cmd.Context(), anchor, expect, set); err != nil {
 				return fmt.Errorf("rearm group %s: %w", group, err)
 			}
-			msg := fmt.Sprintf("re-armed group %s: cleared %s and %s; the next tick acts again", group, keys.Attempt(), keys.Flap())
+			msg := fmt.Sprintf("re-armed group %s: cleared %s; the next tick acts again", group, strings.Join(cleared, ", "))
 			if err := r.Workloads.Event(cmd.Context(), obj, "Normal", "RefreshRearmed", msg); err != nil {
 				log.Warn("could not record an event", "object", anchor.String(), "error", err)
 			}

@@ -173,6 +173,7 @@ func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics
 	return &reconcile.Runner{
 		Config: cfg, ConfigPath: c.configPath, Kube: kube,
 		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
+		Instance: reconcile.InstanceName(),
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,6 +150,17 @@ func (w *webhookFlags) setup(mgr ctrl.Manager, cfg *config.Config, kube kubernet
 	}, h, kube, log)
 }
 
+// ctrlLoggerMu orders calls of controller-runtime's process-wide SetLogger,
+// which is not safe for concurrent use: tests run several `run` in one
+// process (C3), and the last one's logger wins.
+var ctrlLoggerMu sync.Mutex
+
+func setCtrlLogger(l logr.Logger) {
+	ctrlLoggerMu.Lock()
+	defer ctrlLoggerMu.Unlock()
+	ctrl.SetLogger(l)
+}
+
 func (o *runOptions) run(cmd *cobra.Command) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -158,7 +170,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	log := newLogger(cmd.ErrOrStderr(), o.logFormat)
-	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	setCtrlLogger(logr.FromSlogHandler(log.Handler()))
 	m := metrics.NewOn(ctrlmetrics.Registry, ctrlmetrics.Registry)
 	r, err := o.runner(cfg, log, m)
 	if err != nil {

@@ -179,28 +179,44 @@ func TestTick_R4_MissingWorkloadFailsWithTheAPIError(t *testing.T) {
 	}
 }
 
-func TestTick_R4_RBACDenialFailsWithTheAPIError(t *testing.T) {
-	e := newEnv(t)
-	e.seed()
+// limitedKubeconfig returns a kubeconfig of a user who may get and patch
+// only the named Deployments (and write Events) in the env's namespace, and
+// a func that changes the names (the operator fixing the RBAC).
+func (e *env) limitedKubeconfig(deployments ...string) (string, func(deployments ...string)) {
+	e.t.Helper()
 	kubeconfig, err := e.c.UserKubeconfig("limited-" + e.ns)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	ctx := context.Background()
-	// The user may get and patch jobs-manager only.
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "limited", Namespace: e.ns}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, ResourceNames: []string{"jobs-manager"}, Verbs: []string{"get", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "list", "patch"}},
-	}}
+	rules := func(names []string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, ResourceNames: names, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "list", "patch"}},
+		}
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "limited", Namespace: e.ns}, Rules: rules(deployments)}
 	if _, err := e.c.Client.RbacV1().Roles(e.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "limited", Namespace: e.ns},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "limited"},
 		Subjects: []rbacv1.Subject{{Kind: "User", Name: "limited-" + e.ns}}}
 	if _, err := e.c.Client.RbacV1().RoleBindings(e.ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
+	return kubeconfig, func(deployments ...string) {
+		role.Rules = rules(deployments)
+		if _, err := e.c.Client.RbacV1().Roles(e.ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func TestTick_R4_RBACDenialFailsWithTheAPIError(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	kubeconfig, _ := e.limitedKubeconfig("jobs-manager") // not requests-proxy
 	cfg := e.config(seedShape)
 	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
 	if code != 1 {
@@ -208,6 +224,59 @@ func TestTick_R4_RBACDenialFailsWithTheAPIError(t *testing.T) {
 	}
 	if !strings.Contains(logs, "forbidden") || !strings.Contains(logs, "requests-proxy") {
 		t.Errorf("the RBAC denial is not named with the API's text:\n%s", logs)
+	}
+}
+
+// An RBAC denial on one workload blocks only its group (R4: an unreadable
+// target is never a benign skip); every other group is reconciled as usual
+// in the same tick, and the blocked group converges once the RBAC is fixed.
+func TestTick_R4_RBACDenialOnOneWorkloadLeavesTheOtherGroupsWorking(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	tag := e.repo("api") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "worker", testenv.WithContainer("app", tag), testenv.WithReplicas(1))
+	e.settle("Deployment", "worker")
+	cfg := e.config(seedShape + `  - name: workers
+    anchor: {kind: Deployment, namespace: {{ns}}, name: worker}
+    images:
+      - name: api
+        repository: {{reg}}/acme/api
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: worker, container: app}
+`)
+	e.pinAll(cfg)
+	pinned := tag + "@" + digest
+	for _, w := range [][2]string{{"jobs-manager", "api"}, {"worker", "app"}} {
+		e.setImageAs("helm", "Deployment", w[0], w[1], tag)
+	}
+	kubeconfig, allow := e.limitedKubeconfig("jobs-manager", "worker") // not requests-proxy
+
+	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
+	t.Logf("tick with requests-proxy forbidden: exit %d\n%s", code, logs)
+	if code != 1 {
+		t.Errorf("exit %d, want 1: a forbidden target needs a human", code)
+	}
+	if got := e.image("worker", "app"); got != pinned {
+		t.Errorf("the other group's revert was not re-pinned: worker runs %s, want %s", got, pinned)
+	}
+	if got := e.image("jobs-manager", "api"); got != tag {
+		t.Errorf("the blocked group was re-imaged: jobs-manager runs %s, want it left on %s", got, tag)
+	}
+	if len(logLines(logs, "ERROR", "requests-proxy", "forbidden")) == 0 {
+		t.Errorf("no ERROR naming requests-proxy and forbidden:\n%s", logs)
+	}
+	if !hasEvent(e.events("jobs-manager"), "RefreshError", "forbidden") {
+		t.Errorf("no RefreshError Event on the blocked group's anchor naming the denial: %q", e.events("jobs-manager"))
+	}
+	if got := e.annotations("worker")[e.key("last-refreshed-api-digest")]; got != digest {
+		t.Errorf("the other group's record %q, want %s", got, digest)
+	}
+
+	allow("jobs-manager", "worker", "requests-proxy") // the operator fixes the RBAC
+	code, _, logs = e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
+	if code != 0 || e.image("jobs-manager", "api") != pinned {
+		t.Errorf("after the RBAC fix: exit %d, jobs-manager %s; want 0 and %s\n%s", code, e.image("jobs-manager", "api"), pinned, logs)
 	}
 }
 

@@ -46,6 +46,23 @@ func TestTick_R1_BadRegistryAnswerIsNeverPinned(t *testing.T) {
 		"a 429 with Retry-After is skipped": {
 			brk: fault(testregistry.Fault{Status: 429, RetryAfter: "120"}), heal: clearFault, logged: "rate-limited (HTTP 429, retry after 2m0s)",
 		},
+		"a 429 without Retry-After is skipped": {
+			brk: fault(testregistry.Fault{Status: 429}), heal: clearFault, logged: "rate-limited (HTTP 429)",
+		},
+		"a 502 is skipped": {
+			brk: fault(testregistry.Fault{Status: 502}), heal: clearFault, logged: "server-error (HTTP 502)",
+		},
+		"a 401 is skipped": {
+			brk: fault(testregistry.Fault{Status: 401}), heal: clearFault, logged: "unauthorized (HTTP 401)",
+		},
+		"a sha512 digest the content does not hash to is inconsistent, not pinned": {
+			brk:  fault(testregistry.Fault{Method: "HEAD", DigestHeader: ptr("sha512:" + strings.Repeat("0123456789abcdef", 8))}),
+			heal: clearFault, logged: "inconsistent-digest",
+		},
+		"a HEAD naming another well-formed digest than the GET serves is inconsistent, not pinned": {
+			brk:  fault(testregistry.Fault{Method: "HEAD", DigestHeader: ptr("sha256:" + strings.Repeat("0", 64))}),
+			heal: clearFault, logged: "inconsistent-digest",
+		},
 		"a 500 is skipped": {
 			brk: fault(testregistry.Fault{Status: 500}), heal: clearFault, logged: "server-error",
 		},
@@ -178,16 +195,21 @@ func TestTick_C2_OneHeadPerRepoTagPerTick(t *testing.T) {
           - {kind: Deployment, namespace: {{ns}}, name: worker-a, container: app}
           - {kind: Deployment, namespace: {{ns}}, name: worker-b, container: app}
 `)
-	for i, what := range []string{"first observation", "pin", "steady state"} {
+	// A digest is verified with one GET before it is first recorded (R1);
+	// after that a HEAD is enough.
+	for i, tc := range []struct {
+		what string
+		gets int
+	}{{"first observation", 1}, {"pin", 0}, {"steady state", 0}} {
 		e.reg.ResetRequests()
 		if code, _ := e.tick(cfg); code != 0 {
-			t.Fatalf("tick %d (%s) exit %d", i+1, what, code)
+			t.Fatalf("tick %d (%s) exit %d", i+1, tc.what, code)
 		}
 		if n := e.reg.Count("HEAD", "/manifests/prod"); n != 1 {
-			t.Errorf("tick %d (%s): %d manifest HEADs of acme/api:prod, want 1 for 2 groups and 4 targets", i+1, what, n)
+			t.Errorf("tick %d (%s): %d manifest HEADs of acme/api:prod, want 1 for 2 groups and 4 targets", i+1, tc.what, n)
 		}
-		if n := e.reg.Count("GET", "/manifests/"); n != 0 {
-			t.Errorf("tick %d (%s): %d manifest GETs, want 0 (a HEAD is enough)", i+1, what, n)
+		if n := e.reg.Count("GET", "/manifests/"); n != tc.gets {
+			t.Errorf("tick %d (%s): %d manifest GETs, want %d (one GET verifies a new digest once for every group, then a HEAD is enough)", i+1, tc.what, n, tc.gets)
 		}
 	}
 	want := tag + "@" + digest

@@ -20,6 +20,8 @@ const (
 	DefaultMaxRefreshAttempts = 3
 	DefaultMaxSkipTicks       = 8
 	DefaultMaxReadFailures    = 8
+	DefaultMaxDigestChanges   = 3
+	DefaultDigestChangeWindow = time.Hour
 	DefaultFirstInstall       = FirstInstallPinNextTick
 	DefaultPinFormat          = imageref.PinTagAndDigest
 
@@ -150,11 +152,18 @@ type Config struct {
 	MaxSkipTicks int `yaml:"maxSkipTicks"`
 	// MaxReadFailures is the ceiling of the live-image read (R7) and
 	// registry resolve (R1) failure streaks.
-	MaxReadFailures int                `yaml:"maxReadFailures"`
-	FirstInstall    FirstInstall       `yaml:"firstInstall"`
-	PinFormat       imageref.PinFormat `yaml:"pinFormat"`
-	Registries      []Registry         `yaml:"registries"`
-	Groups          []Group            `yaml:"groups"`
+	MaxReadFailures int `yaml:"maxReadFailures"`
+	// MaxDigestChanges bounds how often one image's digest record moves
+	// within DigestChangeWindow: a tag that flips between digests causes at
+	// most this many rollouts per window; beyond it the image is held on
+	// its recorded digest, loudly. A DigestChangeWindow of 0 turns the
+	// bound off.
+	MaxDigestChanges   int                `yaml:"maxDigestChanges"`
+	DigestChangeWindow time.Duration      `yaml:"digestChangeWindow"`
+	FirstInstall       FirstInstall       `yaml:"firstInstall"`
+	PinFormat          imageref.PinFormat `yaml:"pinFormat"`
+	Registries         []Registry         `yaml:"registries"`
+	Groups             []Group            `yaml:"groups"`
 }
 
 // Defaults returns a Config with every optional setting at its default and
@@ -168,6 +177,8 @@ func Defaults() *Config {
 		MaxRefreshAttempts: DefaultMaxRefreshAttempts,
 		MaxSkipTicks:       DefaultMaxSkipTicks,
 		MaxReadFailures:    DefaultMaxReadFailures,
+		MaxDigestChanges:   DefaultMaxDigestChanges,
+		DigestChangeWindow: DefaultDigestChangeWindow,
 		FirstInstall:       DefaultFirstInstall,
 		PinFormat:          DefaultPinFormat,
 	}

@@ -24,6 +24,8 @@ func exampleConfig() *Config {
 		MaxRefreshAttempts: 3,
 		MaxSkipTicks:       8,
 		MaxReadFailures:    8,
+		MaxDigestChanges:   3,
+		DigestChangeWindow: time.Hour,
 		FirstInstall:       FirstInstallPinNextTick,
 		PinFormat:          imageref.PinTagAndDigest,
 		Registries: []Registry{
@@ -251,8 +253,8 @@ func TestLoad_TheExampleFailsOnlyOnItsMissingCAFile(t *testing.T) {
 	}
 	_, err = Load(path)
 	fes := fieldErrors(err)
-	if len(fes) != 1 || fes[0].Path != "registries[0].caFile" || fes[0].Line != 14 {
-		t.Errorf("want one caFile error at line 14, got %v", err)
+	if len(fes) != 1 || fes[0].Path != "registries[0].caFile" || fes[0].Line != 16 {
+		t.Errorf("want one caFile error at line 16, got %v", err)
 	}
 }
 

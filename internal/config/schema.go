@@ -17,6 +17,8 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"maxRefreshAttempts": d.integer(&c.MaxRefreshAttempts),
 		"maxSkipTicks":       d.integer(&c.MaxSkipTicks),
 		"maxReadFailures":    d.integer(&c.MaxReadFailures),
+		"maxDigestChanges":   d.integer(&c.MaxDigestChanges),
+		"digestChangeWindow": d.duration(&c.DigestChangeWindow),
 		"firstInstall":       d.str((*string)(&c.FirstInstall)),
 		"pinFormat":          d.str((*string)(&c.PinFormat)),
 		"registries": func(path string, n *yaml.Node) {

@@ -55,6 +55,10 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 	v.atLeastOne("maxRefreshAttempts", c.MaxRefreshAttempts)
 	v.atLeastOne("maxSkipTicks", c.MaxSkipTicks)
 	v.atLeastOne("maxReadFailures", c.MaxReadFailures)
+	v.atLeastOne("maxDigestChanges", c.MaxDigestChanges)
+	if c.DigestChangeWindow < 0 {
+		v.errorf("digestChangeWindow", "must not be negative, got %s (0 turns the bound off)", c.DigestChangeWindow)
+	}
 	v.oneOf("firstInstall", string(c.FirstInstall),
 		string(FirstInstallPinNextTick), string(FirstInstallOnlyAfterEverPinned))
 	v.oneOf("pinFormat", string(c.PinFormat),

@@ -154,6 +154,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	last, counted := c.skipped[g.Name]
 	c.mu.Unlock()
 	uncounted := counted && time.Since(last) < c.Resync*9/10
+	// A pass ends within the tick deadline, as a tick does (R14): another
+	// process waits no longer than that for an attempt this one holds (C3).
+	ctx, cancel := context.WithTimeout(ctx, c.Runner.Config.EffectiveTickTimeout())
+	defer cancel()
 	plan := c.Runner.Group(ctx, g, c.Poller, irreconcile.GroupOptions{Fights: c.Fights.active(time.Now()), SkipUncounted: uncounted})
 	if _, wrote := plan.Bookkeeping.Set[state.Keys{Prefix: c.Runner.Config.AnnotationPrefix}.SkipStreak()]; wrote {
 		c.mu.Lock()

@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/image-refresh/image-refresh/internal/freeport"
 	"github.com/image-refresh/image-refresh/internal/testcert"
 )
 
@@ -279,12 +279,7 @@ func StartT(t testing.TB) *Registry {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return freeport.Port()
 }
 
 // writeSelfSigned writes a loopback certificate (its own CA) and its key,

@@ -3,7 +3,6 @@ package localcluster
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/image-refresh/image-refresh/internal/freeport"
 )
 
 // process is one server the cluster started. Only its PID is load-bearing,
@@ -109,35 +110,16 @@ func (p *process) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort asks the kernel for a free loopback port. Two clusters started
-// at once by two test binaries must not collide, so no port is fixed.
+// freePort picks a free loopback port. Two clusters started at once by two
+// test binaries must not collide, so no port is fixed; and a restarted
+// kube-apiserver binds its port again, so it is one no client connection
+// can hold meanwhile (see freeport).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return freeport.Port()
 }
 
 func freePorts(n int) ([]int, error) {
-	// Hold all listeners until every port is picked so none repeats.
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return freeport.Ports(n)
 }
 
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }

@@ -85,6 +85,14 @@ func (p *Poller) Latest(ctx context.Context, img config.Image, _ func() authn.Ke
 	return p.poll(ctx, Key(img))
 }
 
+// Refresh asks the registry for img now (sharing an ask already running)
+// and keeps the answer, as a due poll would. The reconciler calls it before
+// re-imaging a target away from a digest it runs (reconcile.Refresher).
+func (p *Poller) Refresh(ctx context.Context, img config.Image) refresh.Resolution {
+	p.Add(img)
+	return p.poll(ctx, Key(img))
+}
+
 // Run polls every due entry until ctx ends.
 func (p *Poller) Run(ctx context.Context) {
 	p.mu.Lock()

@@ -20,6 +20,10 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	anchor := ref(p.Anchor)
 	if !p.Bookkeeping.Empty() {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.Bookkeeping.Expect, p.Bookkeeping.Set); err != nil {
+			if errors.Is(err, workload.ErrChanged) {
+				r.lostRace(p, err, "nothing was written")
+				return
+			}
 			r.fail(p, "write bookkeeping annotations on %s: %v", p.Anchor, err)
 			return
 		}
@@ -37,10 +41,20 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	}
 	if !rp.AttemptWrite.Empty() {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set); err != nil {
+			if errors.Is(err, workload.ErrChanged) {
+				r.lostRace(p, err, "nothing was re-imaged")
+				return
+			}
 			r.fail(p, "persist the attempt counter on %s before re-imaging: %v; nothing was re-imaged", p.Anchor, err)
 			return
 		}
 	}
+	ended := false // the attempt was cleared, or is another process's now
+	defer func() {
+		if !ended {
+			r.release(ctx, p, anchor)
+		}
+	}()
 	rewrites := 0
 	for _, wc := range rp.Changes {
 		err := r.apply(ctx, p, snap, wc)
@@ -61,7 +75,9 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	if rewrites > 0 && rewrites == len(rp.Changes) && !rp.AttemptWrite.Empty() {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
 			r.fail(p, "release the attempt counter on %s after a rewritten re-pin: %v", p.Anchor, err)
+			return
 		}
+		ended = true
 		return
 	}
 	for _, w := range rp.Wait {
@@ -77,9 +93,19 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 		}
 	}
 	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
+		if errors.Is(err, workload.ErrChanged) {
+			// C3: another process took the attempt over or confirmed it
+			// while this one waited; the digest records are its to write
+			// (or the next pass's, which records what every target runs).
+			ended = true
+			p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
+				Message: fmt.Sprintf("the rollout settled, but the attempt on %s changed while this pass waited (%v): another image-refresh process took it over or confirmed it; the digest records are left to it", p.Anchor, err)})
+			return
+		}
 		r.fail(p, "clear the attempt counter on %s after a settled rollout: %v", p.Anchor, err)
 		return
 	}
+	ended = true
 	if !rp.RecordWrite.Empty() {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
 			r.fail(p, "record the rolled-out digests on %s: %v", p.Anchor, err)
@@ -144,6 +170,33 @@ func (r *Runner) apply(ctx context.Context, p *refresh.Plan, snap Snapshot, wc r
 		}
 	}
 	return nil
+}
+
+// lostRace reports a compare-and-swap on the anchor's state that lost: a
+// value this pass read changed before it wrote. Another image-refresh
+// process (C3) or writer acted first; the next pass decides on fresh state,
+// so it is a WARN, not an error of the cluster.
+func (r *Runner) lostRace(p *refresh.Plan, err error, what string) {
+	p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
+		Message: fmt.Sprintf("the state on %s changed after this pass read it (%v): another image-refresh process or writer acted first; %s and the next pass decides again", p.Anchor, err, what)})
+}
+
+// release drops this process's attempt holder when its attempt ends without
+// being cleared (a rollout that did not settle, a failed write, the tick
+// deadline), so that the next pass of any process retries it at once (R11)
+// rather than waiting out the holder's time (C3). It runs on a context of
+// its own, as the pass's may be past its deadline; the workload client
+// bounds each of its API calls by apiTimeout (R14). A failed release only
+// delays another process's retry until the holder expires.
+func (r *Runner) release(ctx context.Context, p *refresh.Plan, anchor workload.Ref) {
+	rw := p.Repin.ReleaseWrite
+	if rw.Empty() {
+		return
+	}
+	if _, err := r.Workloads.UpdateAnnotations(context.WithoutCancel(ctx), anchor, rw.Expect, rw.Set); err != nil && !errors.Is(err, workload.ErrChanged) {
+		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
+			Message: fmt.Sprintf("could not release the attempt holder on %s: %v; another image-refresh process retries only after it expires", p.Anchor, err)})
+	}
 }
 
 func (r *Runner) fail(p *refresh.Plan, format string, args ...any) {

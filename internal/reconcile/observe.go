@@ -7,6 +7,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sort"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/registry"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -33,12 +35,15 @@ type Runner struct {
 	Resolver   *registry.Resolver
 	Metrics    *metrics.Metrics
 	Log        *slog.Logger
+	// Instance names this process in the attempt holder (see InstanceName).
+	Instance string
 	// OnRepin, if set, is called right after a workload's re-pin write
 	// landed (the controller measures revert → re-pin latency with it).
 	OnRepin func(group string, wc refresh.WorkloadChange)
 
 	mu        sync.Mutex
 	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
+	verified  map[string]string         // repository:tag → the digest verify last proved
 }
 
 // keychainTTL bounds how long a pull-secret keychain is reused, so that a
@@ -103,7 +108,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 	}
 	objs := map[config.Workload]*workload.Object{}
 	for _, w := range g.Workloads() {
-		obj, err := r.Workloads.Get(ctx, ref(w))
+		obj, err := r.Workloads.GetObserved(ctx, ref(w))
 		if err != nil {
 			obs.Workloads[w] = refresh.Workload{Err: err}
 			continue
@@ -123,6 +128,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 	} else {
 		obs.AnchorErr = obs.Workloads[g.Anchor].Err
 	}
+	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
 	for _, img := range g.Images {
 		var kc authn.Keychain
 		keychain := func() authn.Keychain {
@@ -132,6 +138,10 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			return kc
 		}
 		res := latest.Latest(ctx, img, keychain)
+		if res.Err == nil && img.PinnedDigest == "" && obs.Anchor != nil && obs.Anchor[keys.Record(img.Name)] != res.Digest {
+			// A digest about to be recorded or pinned is verified first (R1).
+			res = r.verifyLatest(ctx, g, img, latest, res, keychain)
+		}
 		obs.Latest[img.Name] = res
 		if res.Err != nil {
 			continue
@@ -148,6 +158,52 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		}
 	}
 	return Snapshot{Observation: obs, Objects: objs}
+}
+
+// verifyLatest verifies res, the answer latest gave for img (R1). An answer
+// of the controller's poller may be older than the tag (C2: one ask per
+// interval), and then the GET serves the tag's newer manifest: a stale
+// HEAD, not a registry that disagrees with itself. So when the GET
+// disagrees and latest can ask again (a Refresher), it asks once; a changed
+// answer replaces the stale one and is verified in turn. A registry whose
+// HEAD and GET keep disagreeing answers the same HEAD again, and its digest
+// is never pinned.
+func (r *Runner) verifyLatest(ctx context.Context, g config.Group, img config.Image, latest Latest, res refresh.Resolution, kc func() authn.Keychain) refresh.Resolution {
+	err := r.verify(ctx, img, res.Digest, kc)
+	var re *registry.Error
+	if f, ok := latest.(Refresher); ok && errors.As(err, &re) && re.Kind == registry.KindInconsistent {
+		if now := f.Refresh(ctx, img); now.Err == nil && now.Digest != res.Digest {
+			r.Log.Info("the registry's answer changed since the last poll; verifying the new one",
+				"group", g.Name, "image", img.Name, "was", res.Digest, "now", now.Digest)
+			res, err = now, r.verify(ctx, img, now.Digest, kc)
+		}
+	}
+	if err != nil {
+		return refresh.Resolution{Err: err}
+	}
+	return res
+}
+
+// verify checks, once per repository:tag and digest, that the registry's
+// GET serves the content the HEAD named (registry.Resolver.Verify).
+func (r *Runner) verify(ctx context.Context, img config.Image, digest string, kc func() authn.Keychain) error {
+	key := img.Repository + ":" + img.Tag
+	r.mu.Lock()
+	done := r.verified[key] == digest
+	r.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := r.Resolver.Verify(ctx, img.Repository, img.Tag, digest, kc()); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.verified == nil {
+		r.verified = map[string]string{}
+	}
+	r.verified[key] = digest
+	r.mu.Unlock()
+	return nil
 }
 
 // KeychainFor gives the registry auth for an image to the controller's
@@ -211,7 +267,11 @@ func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config
 			names = append(names, s)
 		}
 		sort.Strings(names)
-		kc, err := registry.PullSecretKeychain(ctx, r.Kube, ns, names)
+		kc, missing, err := registry.PullSecretKeychain(ctx, r.Kube, ns, names)
+		if len(missing) > 0 {
+			r.Log.Warn("imagePullSecrets not found; resolving without them: create them, or remove them from the pod template",
+				"image", img.Name, "namespace", ns, "secrets", strings.Join(missing, ","))
+		}
 		if err != nil {
 			r.Log.Warn("cannot read imagePullSecrets; resolving without them",
 				"image", img.Name, "namespace", ns, "secrets", strings.Join(names, ","), "error", err)

@@ -2,10 +2,16 @@ package reconcile
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -51,15 +57,69 @@ type GroupOptions struct {
 // Group runs one reconcile pass over one group: observe, decide, execute
 // (unless DryRun), report. It returns the plan with every finding.
 func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts GroupOptions) *refresh.Plan {
-	snap := r.Observe(ctx, g, latest)
-	snap.Observation.Fights = opts.Fights
-	snap.Observation.SkipUncounted = opts.SkipUncounted
-	plan := refresh.Decide(refresh.SettingsFrom(r.Config, r.ConfigPath), snap.Observation)
+	settings := refresh.SettingsFrom(r.Config, r.ConfigPath)
+	settings.Instance = r.Instance
+	decide := func() (Snapshot, *refresh.Plan) {
+		snap := r.Observe(ctx, g, latest)
+		snap.Observation.Fights = opts.Fights
+		snap.Observation.SkipUncounted = opts.SkipUncounted
+		return snap, refresh.Decide(settings, snap.Observation)
+	}
+	snap, plan := decide()
+	if !opts.DryRun && r.staleAnswer(ctx, g, latest, snap, plan) {
+		snap, plan = decide()
+	}
 	if !opts.DryRun {
 		r.Execute(ctx, plan, snap)
 	}
 	r.report(ctx, plan, snap, opts.DryRun)
 	return plan
+}
+
+// Refresher is a Latest whose answers may be older than the pass that reads
+// them: the controller's poller, which asks once per interval (C2).
+type Refresher interface {
+	// Refresh asks the registry now and keeps the answer.
+	Refresh(ctx context.Context, img config.Image) refresh.Resolution
+}
+
+// staleAnswer asks the registry again, before a plan re-images a target
+// away from a digest it runs, for each image that plan would do that to,
+// and reports whether any answer differs from the one the plan was decided
+// on. Another image-refresh process (two instances without leader
+// election, C3) may have rolled a digest that this process's poller has not
+// seen yet: re-pinning to the older answer would roll the group back and
+// forth. One HEAD per such image, and only when a digest a target runs is
+// about to be replaced; a tick's answers are this tick's and never stale.
+func (r *Runner) staleAnswer(ctx context.Context, g config.Group, latest Latest, snap Snapshot, plan *refresh.Plan) bool {
+	f, ok := latest.(Refresher)
+	if !ok || plan.Repin == nil {
+		return false
+	}
+	asked := map[string]bool{}
+	stale := false
+	for _, wc := range plan.Repin.Changes {
+		for _, c := range wc.Images {
+			from := imageref.DigestOf(c.From)
+			if from == "" || from == imageref.DigestOf(c.To) || asked[c.Image] {
+				continue
+			}
+			asked[c.Image] = true
+			i := slices.IndexFunc(g.Images, func(img config.Image) bool { return img.Name == c.Image })
+			if i < 0 {
+				continue
+			}
+			img := g.Images[i]
+			was := snap.Observation.Latest[c.Image]
+			now := f.Refresh(ctx, img)
+			if now.Digest != was.Digest || (now.Err == nil) != (was.Err == nil) {
+				r.Log.Info("the registry's answer changed since the last poll; deciding again before re-imaging",
+					"group", g.Name, "image", c.Image, "was", was.Digest, "now", now.Digest)
+				stale = true
+			}
+		}
+	}
+	return stale
 }
 
 // report tells the operator: a log line per finding (with the
@@ -106,7 +166,7 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 		locked = 1
 	}
 	m.GroupLockedOut.WithLabelValues(p.Group).Set(locked)
-	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError} {
+	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonRewriteFight} {
 		v := 0.0
 		for _, f := range p.Findings {
 			if f.NeedsHuman && f.Reason == reason {
@@ -146,4 +206,26 @@ func level(s refresh.Severity) slog.Level {
 		return slog.LevelError
 	}
 	return slog.LevelInfo
+}
+
+// InstanceName names this process in the attempt holder it writes: the host
+// name (a pod's name in a cluster) and a random suffix, because a restarted
+// process is not the one that wrote the holder before it.
+func InstanceName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "image-refresh"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r <= ' ' || r > '~' {
+			return '-'
+		}
+		return r
+	}, host)
+	if len(host) > 200 {
+		host = host[:200]
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "-" + hex.EncodeToString(b)
 }

@@ -2,8 +2,10 @@ package refresh
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
@@ -46,6 +48,13 @@ func Decide(s Settings, obs Observation) *Plan {
 func (d *decision) value(key string) (string, bool) {
 	v, ok := d.ann[key]
 	return v, ok
+}
+
+func (d *decision) now() time.Time {
+	if d.s.Now == nil {
+		return time.Now()
+	}
+	return d.s.Now()
 }
 
 func (d *decision) find(f Finding) { d.p.Findings = append(d.p.Findings, f) }
@@ -211,11 +220,21 @@ func (d *decision) image(img config.Image) {
 
 	// R6, R7, R8: per target.
 	digestChanged := recorded != latest
+	resolved := latest
+	recent, budgetErr := d.recentChanges(img, digestChanged)
+	held := digestChanged && d.s.DigestChangeWindow > 0 && (budgetErr != nil || len(recent) >= d.s.MaxDigestChanges)
+	if held {
+		// A flapping tag: hold the image on its recorded digest, which R7
+		// keeps pinned, instead of rolling to every new answer.
+		latest, digestChanged = recorded, false
+	}
 	_, everPinned := d.value(d.keys.EverPinned(img.Name))
 	changed := false
 	for _, t := range img.Targets {
 		c := d.obs.Workloads[t.Workload()].Containers[t.Container]
-		if imageref.DigestOf(c.Image) == latest {
+		if on := imageref.DigestOf(c.Image); on == latest || (held && on == resolved) {
+			// Held: a target someone already moved to the registry's
+			// answer is not rolled back either.
 			d.row(img, t, StatePinned, "on the pinned digest", "")
 			continue
 		}
@@ -238,10 +257,13 @@ func (d *decision) image(img config.Image) {
 			d.row(img, t, StateError, msg, rem)
 			continue
 		}
-		if repo, need := NeedsMirrorProof(img, c.Image); need && !d.obs.MirrorProof[t].Has {
+		if repo, need := NeedsMirrorProof(img, c.Image); need && (held || !d.obs.MirrorProof[t].Has) {
 			why := "not known to hold it"
 			if perr := d.obs.MirrorProof[t].Err; perr != nil {
 				why = "could not tell: " + perr.Error()
+			}
+			if held {
+				why = "the proof was asked for " + resolved + ", not for the held digest"
 			}
 			msg := fmt.Sprintf("%s is served by %s; not pinning %s there (%s)", t, repo, latest, why)
 			d.find(Finding{Severity: SeverityNote, Image: img.Name, Target: &t, Message: msg})
@@ -258,10 +280,21 @@ func (d *decision) image(img config.Image) {
 		}
 		d.row(img, t, StateDrifted, msg, "")
 	}
+	if held {
+		d.hold(img, recorded, resolved, recent, budgetErr)
+	}
 	switch {
 	case digestChanged:
-		// R6: the record moves only after every rollout settled.
+		// R6: the record moves only after every rollout settled, and with
+		// it the time of the move, which the flap bound counts.
 		d.pending.set(recKey, ptr(latest), d.ann)
+		if d.s.DigestChangeWindow > 0 {
+			times := append(recent, d.now())
+			if len(times) > d.s.MaxDigestChanges {
+				times = times[len(times)-d.s.MaxDigestChanges:]
+			}
+			d.pending.set(d.keys.DigestChanges(img.Name), ptr(state.FormatTimes(times)), d.ann)
+		}
 		if changed && !everPinned {
 			d.pending.set(d.keys.EverPinned(img.Name), ptr("true"), d.ann)
 		}
@@ -270,6 +303,55 @@ func (d *decision) image(img config.Image) {
 	case !changed && !everPinned && d.allOn(img, latest):
 		// Every target already runs the recorded digest: it has been pinned.
 		d.p.Bookkeeping.set(d.keys.EverPinned(img.Name), ptr("true"), d.ann)
+	}
+}
+
+// recentChanges returns the times image's record moved within
+// digestChangeWindow, oldest first; an invalid value is an error (treated
+// as a spent budget, fail-safe). A value whose times all left the window is
+// deleted, unless the record is about to move and rewrite it.
+func (d *decision) recentChanges(img config.Image, digestChanged bool) ([]time.Time, error) {
+	key := d.keys.DigestChanges(img.Name)
+	v, ok := d.value(key)
+	times, err := state.ParseTimes(v, ok)
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s on %s: %w", key, d.p.Anchor, err)
+	}
+	if d.s.DigestChangeWindow <= 0 {
+		return nil, nil
+	}
+	since := d.now().Add(-d.s.DigestChangeWindow)
+	var recent []time.Time
+	for _, t := range times {
+		if t.After(since) { // a time ahead of this clock counts: fail-safe
+			recent = append(recent, t)
+		}
+	}
+	sort.Slice(recent, func(i, j int) bool { return recent[i].Before(recent[j]) })
+	if ok && len(recent) == 0 && !digestChanged {
+		d.p.Bookkeeping.set(key, nil, d.ann)
+	}
+	return recent, nil
+}
+
+// hold reports a flapping tag: img stays on its recorded digest until the
+// oldest counted move leaves the window, or the group is re-armed.
+func (d *decision) hold(img config.Image, recorded, resolved string, recent []time.Time, budgetErr error) {
+	var msg string
+	if budgetErr != nil {
+		msg = fmt.Sprintf("%v; treated as a spent digest-change budget (fail-safe): %s:%s is held on its recorded digest %s instead of moving to %s",
+			budgetErr, img.Repository, img.Tag, recorded, resolved)
+	} else {
+		until := recent[len(recent)-d.s.MaxDigestChanges].Add(d.s.DigestChangeWindow)
+		msg = fmt.Sprintf("the tag %s:%s is flapping: its digest moved %d times in the last %s (maxDigestChanges %d); held on the recorded digest %s instead of rolling to %s, until %s",
+			img.Repository, img.Tag, len(recent), d.s.DigestChangeWindow, d.s.MaxDigestChanges, recorded, resolved, until.UTC().Format(time.RFC3339))
+	}
+	rem := "find why the tag keeps moving (two publishers, registry replicas that disagree); to roll to the registry's digest now, run: " + d.rearm()
+	d.find(Finding{Severity: SeverityWarn, Reason: ReasonTagFlapping, Image: img.Name, Message: msg, Remediation: rem, NeedsHuman: true})
+	for i := range d.p.Rows {
+		if r := &d.p.Rows[i]; r.Image == img.Name && r.State == StatePinned {
+			r.State, r.Message, r.Remediation = StateHeld, msg, rem
+		}
 	}
 }
 
@@ -387,6 +469,9 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	// the next attempt, and changes decided now ride along in that attempt
 	// (as the seed's forced retry did), rather than R4 skipping it.
 	unfinished := d.p.Attempts > 0
+	if unfinished && (!settled || len(d.order) > 0) && d.heldElsewhere(settled, notSettled) {
+		return
+	}
 	if !settled && !unfinished {
 		// R4: not settled, and not because of our own rollout.
 		n := d.p.SkipStreak + 1
@@ -425,13 +510,23 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	}
 	rp := &Repin{Wait: g.Workloads(), Unfinished: len(d.order) == 0}
 	next := strconv.Itoa(d.p.Attempts + 1)
+	holder := d.observedHolder()
 	if len(d.order) > 0 || !settled {
 		// R10: the attempt is persisted before anything is re-imaged.
 		rp.AttemptWrite.set(d.keys.Attempt(), &next, d.ann)
+		if d.s.Instance != "" {
+			h := state.Holder{Instance: d.s.Instance, Since: d.now()}.String()
+			rp.AttemptWrite.set(d.keys.Holder(), &h, d.ann)
+			holder = &h
+			rp.ReleaseWrite = Write{Expect: map[string]*string{d.keys.Attempt(): &next, d.keys.Holder(): &h}, Set: map[string]*string{d.keys.Holder(): nil}}
+		}
 	} else {
 		next = strconv.Itoa(d.p.Attempts) // already settled: just confirm it
 	}
 	rp.ClearWrite = Write{Expect: map[string]*string{d.keys.Attempt(): &next}, Set: map[string]*string{d.keys.Attempt(): nil}}
+	if holder != nil {
+		rp.ClearWrite.Expect[d.keys.Holder()], rp.ClearWrite.Set[d.keys.Holder()] = holder, nil
+	}
 	if v, ok := d.value(d.keys.Flap()); ok {
 		rp.ClearWrite.Expect[d.keys.Flap()], rp.ClearWrite.Set[d.keys.Flap()] = &v, nil
 	}
@@ -445,6 +540,69 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 			"an earlier re-image of group %s (attempt %d of %d) never confirmed settling; waiting for the rollout again", g.Name, d.p.Attempts, d.s.MaxAttempts)})
 	}
 	d.p.Repin = rp
+}
+
+// observedHolder is the attempt holder the anchor carries, or nil.
+func (d *decision) observedHolder() *string {
+	if v, ok := d.value(d.keys.Holder()); ok {
+		return &v
+	}
+	return nil
+}
+
+// heldElsewhere reports whether another image-refresh process holds the
+// unfinished attempt of this group and may still be acting on it (C3):
+// waiting for its rollout, or between its attempt write and its image
+// writes (the group still reads settled, its targets not yet re-imaged).
+// The caller asks only when this pass would wait or re-image; confirming a
+// settled attempt with nothing to re-image is safe, as the clear expects
+// the other's holder. On a settled group the holder is heeded only for
+// holderWriteGrace: its image writes follow its attempt write at once, and
+// a holder killed in between (R10, R11) must not hold the group for the
+// whole HolderTTL. Two instances
+// running without leader election by mistake would otherwise each count
+// the other's attempt as their own unfinished one (R11), stack attempts,
+// race each other's image writes and lock the group out. The holder's pass
+// ends within the tick deadline; past that (a process killed mid-pass) its
+// attempt is taken over as unfinished.
+func (d *decision) heldElsewhere(settled bool, notSettled []string) bool {
+	if d.s.Instance == "" {
+		return false
+	}
+	v, ok := d.value(d.keys.Holder())
+	h, err := state.ParseHolder(v, ok)
+	switch {
+	case err != nil:
+		d.find(Finding{Severity: SeverityWarn, Message: fmt.Sprintf("annotation %s on %s: %v; its attempt is treated as abandoned (the attempt counter still bounds the retries)", d.keys.Holder(), d.p.Anchor, err)})
+		return false
+	case !ok || h.Instance == d.s.Instance:
+		return false
+	}
+	ttl := d.s.HolderTTL
+	if settled {
+		ttl = min(ttl, holderWriteGrace)
+	}
+	until := h.Since.Add(ttl)
+	if !d.now().Before(until) {
+		d.find(Finding{Severity: SeverityWarn, Message: fmt.Sprintf(
+			"attempt %d of group %s was started by image-refresh instance %s at %s, which did not finish it within %s; taking it over as unfinished",
+			d.p.Attempts, d.p.Group, h.Instance, h.Since.UTC().Format(time.RFC3339), ttl)})
+		return false
+	}
+	status := "not finished yet"
+	if len(notSettled) > 0 {
+		status = "not settled (" + strings.Join(notSettled, "; ") + ")"
+	}
+	msg := fmt.Sprintf("group %s is rolling out under attempt %d of image-refresh instance %s (started %s), %s; this instance (%s) leaves it alone until that instance ends the attempt or %s passes",
+		d.p.Group, d.p.Attempts, h.Instance, h.Since.UTC().Format(time.RFC3339), status, d.s.Instance, until.UTC().Format(time.RFC3339))
+	d.find(Finding{Severity: SeverityWarn, Message: msg,
+		Remediation: "if two image-refresh processes act on this cluster at once, run one, or run `image-refresh run --leader-elect` on every replica (C3)"})
+	for i := range d.p.Rows {
+		if r := &d.p.Rows[i]; r.State == StateDrifted || r.State == StatePinned {
+			r.State, r.Message, r.Remediation = StateNotSettled, msg, "none needed if the other instance's rollout settles"
+		}
+	}
+	return true
 }
 
 func (d *decision) row(img config.Image, t config.Target, st State, msg, rem string) {

@@ -7,6 +7,7 @@ package refresh
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
@@ -20,21 +21,47 @@ type Settings struct {
 	MaxReadFailures int
 	FirstInstall    config.FirstInstall
 	PinFormat       imageref.PinFormat
+	// MaxDigestChanges record moves per image within DigestChangeWindow
+	// (0: unbounded) before a flapping tag is held on its recorded digest.
+	MaxDigestChanges   int
+	DigestChangeWindow time.Duration
+	// Now is the clock the digest-change budget is counted on.
+	Now func() time.Time
 	// RearmCommand renders the command that re-arms a group (R18); every
 	// lockout message names it.
 	RearmCommand func(group string) string
+	// Instance names this image-refresh process in the attempt holder it
+	// writes (state.Keys.Holder); "" writes and heeds no holder.
+	Instance string
+	// HolderTTL is how long another process's attempt on an unsettled group
+	// is left alone: its pass ends by then (the tick deadline, R14).
+	HolderTTL time.Duration
 }
+
+// holderSlack covers clock skew between the machines two image-refresh
+// processes run on.
+const holderSlack = 10 * time.Second
+
+// holderWriteGrace is how long another process's fresh attempt on a group
+// that still reads settled is left alone: the time between its attempt
+// write and its image writes, two API calls in a row. Holder times have
+// whole seconds, so the grace is 1 to 2 s of real time.
+const holderWriteGrace = 2 * time.Second
 
 // SettingsFrom takes the settings from a validated config; configPath is
 // the file the rearm command should name.
 func SettingsFrom(cfg *config.Config, configPath string) Settings {
 	return Settings{
-		Prefix:          cfg.AnnotationPrefix,
-		MaxAttempts:     cfg.MaxRefreshAttempts,
-		MaxSkipTicks:    cfg.MaxSkipTicks,
-		MaxReadFailures: cfg.MaxReadFailures,
-		FirstInstall:    cfg.FirstInstall,
-		PinFormat:       cfg.PinFormat,
+		Prefix:             cfg.AnnotationPrefix,
+		MaxAttempts:        cfg.MaxRefreshAttempts,
+		MaxSkipTicks:       cfg.MaxSkipTicks,
+		MaxReadFailures:    cfg.MaxReadFailures,
+		FirstInstall:       cfg.FirstInstall,
+		PinFormat:          cfg.PinFormat,
+		MaxDigestChanges:   cfg.MaxDigestChanges,
+		DigestChangeWindow: cfg.DigestChangeWindow,
+		Now:                time.Now,
+		HolderTTL:          cfg.EffectiveTickTimeout() + holderSlack,
 		RearmCommand: func(group string) string {
 			return fmt.Sprintf("image-refresh rearm --config %s --group %s", configPath, group)
 		},

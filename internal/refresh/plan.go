@@ -63,8 +63,12 @@ func (w *Write) set(key string, value *string, read map[string]string) {
 
 // Repin re-images targets under the attempt counter (R10).
 type Repin struct {
-	// AttemptWrite persists attempt+1 before any re-image.
+	// AttemptWrite persists attempt+1 and this process as its holder before
+	// any re-image.
 	AttemptWrite Write
+	// ReleaseWrite drops this process's holder when the attempt ends
+	// without settling, so the next pass (of any process) retries at once.
+	ReleaseWrite Write
 	// Changes has one entry per workload: all its containers in one write (R9).
 	Changes []WorkloadChange
 	// Wait lists the workloads whose rollout must settle.
@@ -129,6 +133,7 @@ const (
 	ReasonStalePin         = "StalePin"
 	ReasonRefreshError     = "RefreshError"
 	ReasonRewriteFight     = "ImageRewriteFight"
+	ReasonTagFlapping      = "TagFlapping"
 )
 
 // Finding is one thing the operator is told. Non-benign findings
@@ -155,6 +160,7 @@ const (
 	StateNotSettled    State = "not-settled"
 	StateStalePin      State = "stale-pin"
 	StateInert         State = "inert"
+	StateHeld          State = "held"
 	StateUnreadable    State = "unreadable"
 	StateError         State = "error"
 )

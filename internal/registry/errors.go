@@ -28,9 +28,12 @@ const (
 	KindRateLimited   ErrorKind = "rate-limited"   // 429; RetryAfter says when to come back (C2)
 	KindServerError   ErrorKind = "server-error"   // 5xx
 	KindInvalidDigest ErrorKind = "invalid-digest" // the answer carried no usable digest (R1)
-	KindNetwork       ErrorKind = "network"        // connection refused, reset, DNS
-	KindTLS           ErrorKind = "tls"            // certificate not trusted, or not TLS at all
-	KindOther         ErrorKind = "other"
+	// KindInconsistent: the HEAD of a tag named one digest, the GET of the
+	// same tag served content with another (R1: never pinned).
+	KindInconsistent ErrorKind = "inconsistent-digest"
+	KindNetwork      ErrorKind = "network" // connection refused, reset, DNS
+	KindTLS          ErrorKind = "tls"     // certificate not trusted, or not TLS at all
+	KindOther        ErrorKind = "other"
 )
 
 // Error is a failed registry call, classified. Its text never holds

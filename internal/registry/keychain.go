@@ -6,6 +6,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	k8schain "github.com/google/go-containerregistry/pkg/authn/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -23,16 +26,25 @@ func Keychain(extra ...authn.Keychain) authn.Keychain {
 // resolves with the credentials the kubelet would pull with. It does not read
 // the service account: a workload's pod template lists only its own pull
 // secrets, so a caller that relies on the service account's must pass those
-// names too. A secret that does not exist is skipped, as the kubelet does; the
+// names too. A secret that does not exist is skipped, as the kubelet does,
+// and its name is returned in missing so that the caller can say so: the
 // resolve that then lacks credentials fails as unauthorized.
-func PullSecretKeychain(ctx context.Context, client kubernetes.Interface, namespace string, pullSecrets []string) (authn.Keychain, error) {
-	kc, err := k8schain.New(ctx, client, k8schain.Options{
-		Namespace:          namespace,
-		ServiceAccountName: k8schain.NoServiceAccount,
-		ImagePullSecrets:   pullSecrets,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read image pull secrets %v in namespace %s: %w", pullSecrets, namespace, err)
+func PullSecretKeychain(ctx context.Context, client kubernetes.Interface, namespace string, pullSecrets []string) (kc authn.Keychain, missing []string, err error) {
+	secrets := make([]corev1.Secret, 0, len(pullSecrets))
+	for _, name := range pullSecrets {
+		s, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, name)
+		case err != nil:
+			return nil, nil, fmt.Errorf("read image pull secret %s/%s: %w", namespace, name, err)
+		default:
+			secrets = append(secrets, *s)
+		}
 	}
-	return kc, nil
+	kc, err = k8schain.NewFromPullSecrets(ctx, secrets)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read image pull secrets %v in namespace %s: %w", pullSecrets, namespace, err)
+	}
+	return kc, missing, nil
 }

@@ -26,17 +26,24 @@ func TestPullSecretKeychain_R20_ResolvesWithPullSecret(t *testing.T) {
 	r := newResolver(t, Options{})
 	repo := s.Host() + "/acme/api"
 
-	kc, err := PullSecretKeychain(context.Background(), client, "shop", []string{"regcred"})
-	if err != nil {
-		t.Fatal(err)
+	kc, missing, err := PullSecretKeychain(context.Background(), client, "shop", []string{"regcred"})
+	if err != nil || len(missing) != 0 {
+		t.Fatalf("PullSecretKeychain(regcred) = missing %v, %v; want none, nil", missing, err)
 	}
 	if got, err := r.Latest(context.Background(), repo, "prod", Keychain(kc)); err != nil || got != want {
 		t.Fatalf("with the pull secret: Latest = %q, %v; want %q", got, err, want)
 	}
 
 	// A missing secret is skipped, as the kubelet does; the resolve then
-	// fails loudly as unauthorized.
-	kc, err = PullSecretKeychain(context.Background(), client, "shop", []string{"absent"})
+	// fails loudly as unauthorized, and the caller learns which is missing.
+	kc, missing, err = PullSecretKeychain(context.Background(), client, "shop", []string{"absent", "regcred"})
+	if err != nil || len(missing) != 1 || missing[0] != "absent" {
+		t.Fatalf("PullSecretKeychain(absent, regcred) = missing %v, %v; want [absent], nil", missing, err)
+	}
+	if got, err := r.Latest(context.Background(), repo, "prod", Keychain(kc)); err != nil || got != want {
+		t.Fatalf("with regcred next to a missing secret: Latest = %q, %v; want %q", got, err, want)
+	}
+	kc, _, err = PullSecretKeychain(context.Background(), client, "shop", []string{"absent"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -413,3 +413,47 @@ func TestNewResolver_DockerHubAliasSharesOneRoute(t *testing.T) {
 		t.Error("an unconfigured host does not use the shared fallback transport")
 	}
 }
+
+// R1: a HEAD that names one digest while the GET of the same tag serves
+// other content is reported as inconsistent, never taken as the digest.
+func TestVerify_R1_HeadAndGetOfOneTagMustAgree(t *testing.T) {
+	s := testregistry.Start(t)
+	repo := s.Host() + "/acme/api"
+	served := s.MustPushRandomImage(t, "acme/api", "prod")
+	r := newResolver(t, Options{})
+	ctx := context.Background()
+
+	if err := r.Verify(ctx, repo, "prod", served, nil); err != nil {
+		t.Fatalf("Verify of the served digest: %v", err)
+	}
+	index := s.MustPushRandomIndex(t, "acme/api", "multi", 2)
+	if err := r.Verify(ctx, repo, "multi", index, nil); err != nil {
+		t.Fatalf("Verify of a multi-arch index digest: %v", err)
+	}
+
+	other := "sha256:" + strings.Repeat("0", 64)
+	s.SetFault(testregistry.Fault{Method: http.MethodHead, DigestHeader: &other})
+	head, err := r.Latest(ctx, repo, "prod", nil)
+	if err != nil || head != other {
+		t.Fatalf("setup: HEAD answered %q, %v; want the injected %s", head, err, other)
+	}
+	e := wantKind(t, r.Verify(ctx, repo, "prod", head, nil), KindInconsistent)
+	for _, want := range []string{repo + ":prod", other, served, "not pinned"} {
+		if !strings.Contains(e.Error(), want) {
+			t.Errorf("error %q does not name %s", e.Error(), want)
+		}
+	}
+
+	// A sha512 digest is checked with sha512, not taken on the HEAD's word.
+	sha512 := "sha512:" + strings.Repeat("0123456789abcdef", 8)
+	wantKind(t, r.Verify(ctx, repo, "prod", sha512, nil), KindInconsistent)
+
+	s.SetFault(testregistry.Fault{Method: http.MethodGet, Status: http.StatusNotFound})
+	wantKind(t, r.Verify(ctx, repo, "prod", served, nil), KindNotFound)
+	s.SetFault(testregistry.Fault{Method: http.MethodGet, Hang: true})
+	start := time.Now()
+	wantKind(t, newResolver(t, Options{Timeout: 300 * time.Millisecond}).Verify(ctx, repo, "prod", served, nil), KindTimeout)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a hanging GET took %s to fail, want about the 300ms timeout (R14)", took)
+	}
+}

@@ -6,6 +6,7 @@ package registry
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
@@ -132,6 +134,46 @@ func (r *Resolver) Has(ctx context.Context, repository, digest string, kc authn.
 	return true, nil
 }
 
+// Verify GETs the manifest of repository:tag and checks that its content
+// hashes to digest, the answer of Latest's HEAD. A registry whose HEAD names
+// one digest while its GET serves other content (replicas or a cache that
+// disagree, a proxy that rewrites manifests) is reported as an
+// inconsistent-digest error, so that digest is never pinned blindly (R1).
+// Callers verify a digest once, before it is first recorded or pinned: the
+// steady state stays one HEAD per poll (C2).
+func (r *Resolver) Verify(ctx context.Context, repository, tag, digest string, kc authn.Keychain) error {
+	s := repository + ":" + tag
+	want, err := v1.NewHash(digest)
+	if err != nil {
+		return &Error{Ref: s, Kind: KindInvalidDigest, Err: err}
+	}
+	route := r.route(repository)
+	ref, err := name.NewTag(s, route.nameOptions()...)
+	if err != nil {
+		return &Error{Ref: s, Kind: KindOther, Err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
+	if err != nil {
+		e := Classify(err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			e.Kind = KindTimeout
+		}
+		return &Error{Ref: s, Kind: e.Kind, Status: e.Status, Err: fmt.Errorf("verify the HEAD's %s with a GET: %w", digest, err)}
+	}
+	h, err := v1.Hasher(want.Algorithm)
+	if err != nil {
+		return &Error{Ref: s, Kind: KindInvalidDigest, Err: err}
+	}
+	h.Write(desc.Manifest)
+	if got := want.Algorithm + ":" + hex.EncodeToString(h.Sum(nil)); got != digest {
+		return &Error{Ref: s, Kind: KindInconsistent, Status: http.StatusOK,
+			Err: fmt.Errorf("the HEAD answered %s, but the GET of the same tag serves a manifest whose digest is %s; not pinned", digest, got)}
+	}
+	return nil
+}
+
 func (r *Resolver) route(repository string) hostRoute {
 	repo, err := name.NewRepository(repository)
 	if err != nil {
@@ -159,6 +201,21 @@ func (r *Resolver) head(ctx context.Context, ref name.Reference, route hostRoute
 	state := &callState{}
 	ctx = context.WithValue(ctx, callKey{}, state)
 
+	desc, err := remote.Head(ref, r.remoteOptions(ctx, route, kc)...)
+	answer := state.answer()
+	if err != nil {
+		return "", r.failure(ctx, ref, answer, err)
+	}
+	d, err := imageref.ParseDigest(desc.Digest.String())
+	if err != nil {
+		return "", &Error{Ref: ref.String(), Kind: KindInvalidDigest, Status: answer.status, Err: err}
+	}
+	return d, nil
+}
+
+// remoteOptions are go-containerregistry's options for one call: bounded
+// by ctx, through the host's transport, without hidden retries.
+func (r *Resolver) remoteOptions(ctx context.Context, route hostRoute, kc authn.Keychain) []remote.Option {
 	opts := []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithTransport(route.transport),
@@ -172,16 +229,7 @@ func (r *Resolver) head(ctx context.Context, ref name.Reference, route hostRoute
 	if r.userAgent != "" {
 		opts = append(opts, remote.WithUserAgent(r.userAgent))
 	}
-	desc, err := remote.Head(ref, opts...)
-	answer := state.answer()
-	if err != nil {
-		return "", r.failure(ctx, ref, answer, err)
-	}
-	d, err := imageref.ParseDigest(desc.Digest.String())
-	if err != nil {
-		return "", &Error{Ref: ref.String(), Kind: KindInvalidDigest, Status: answer.status, Err: err}
-	}
-	return d, nil
+	return opts
 }
 
 // failure classifies a failed HEAD, adding what only the raw answer shows.

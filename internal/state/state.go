@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+	"unicode"
 )
 
 // Keys builds annotation keys under one prefix.
@@ -21,6 +23,14 @@ func (k Keys) Record(image string) string { return k.key("last-refreshed-" + ima
 
 // Attempt counts consecutive re-image attempts not yet confirmed settled (R10).
 func (k Keys) Attempt() string { return k.key("refresh-attempt") }
+
+// Holder names the image-refresh process that persisted the current
+// attempt and when: "<instance> <RFC 3339 time>". Another process leaves an
+// unsettled group alone while the holder may still be waiting for its
+// rollout, so two instances without leader election never stack attempts
+// or undo each other's rollout (C3). The holder deletes it when its attempt
+// ends either way.
+func (k Keys) Holder() string { return k.key("refresh-attempt-holder") }
 
 // Flap is the lockout marker; its value is the attempt count (R10, R12).
 func (k Keys) Flap() string { return k.key("refresh-flap-detected") }
@@ -40,12 +50,17 @@ func (k Keys) ReadFailures(image string) string { return k.key("live-read-failur
 // ResolveFailures counts ticks whose registry resolve of image failed (R1).
 func (k Keys) ResolveFailures(image string) string { return k.key("resolve-failure-streak-" + image) }
 
+// DigestChanges lists when image's digest record last moved to a new
+// digest (R6), as comma-separated RFC 3339 UTC times, oldest first: the
+// budget that bounds a tag flapping between digests (see refresh).
+func (k Keys) DigestChanges(image string) string { return k.key("digest-changes-" + image) }
+
 // ImageKeyNames lists the name parts (after "prefix/") of every per-image
 // key, so that config validation can check they are legal annotation keys.
 func ImageKeyNames(image string) []string {
 	k := Keys{}
 	var names []string
-	for _, full := range []string{k.Record(image), k.StalePin(image), k.EverPinned(image), k.ReadFailures(image), k.ResolveFailures(image)} {
+	for _, full := range []string{k.Record(image), k.StalePin(image), k.EverPinned(image), k.ReadFailures(image), k.ResolveFailures(image), k.DigestChanges(image)} {
 		names = append(names, strings.TrimPrefix(full, "/"))
 	}
 	return names
@@ -67,4 +82,86 @@ func ParseCounter(value string, present bool) (int, error) {
 		return 0, fmt.Errorf("invalid counter value %q (want an integer 0..%d)", value, MaxCounter)
 	}
 	return n, nil
+}
+
+// MaxDigestChangeTimes bounds how many times a DigestChanges value may hold;
+// a longer value is invalid.
+const MaxDigestChangeTimes = 100
+
+// ParseTimes reads a DigestChanges value. Absent is none. A value that is
+// not a comma-separated list of RFC 3339 times (at most
+// MaxDigestChangeTimes) is an error: callers treat it fail-safe, as a
+// spent budget, never as no changes.
+func ParseTimes(value string, present bool) ([]time.Time, error) {
+	if !present {
+		return nil, nil
+	}
+	parts := strings.Split(value, ",")
+	if len(parts) > MaxDigestChangeTimes {
+		return nil, fmt.Errorf("invalid list of times: %d entries (at most %d)", len(parts), MaxDigestChangeTimes)
+	}
+	out := make([]time.Time, 0, len(parts))
+	for _, p := range parts {
+		t, err := parseTime(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("invalid list of times %q: %q is not an RFC 3339 time", value, p)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// FormatTimes renders times for a DigestChanges value.
+func FormatTimes(ts []time.Time) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = t.UTC().Format(time.RFC3339)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Holder is a parsed refresh-attempt-holder value.
+type Holder struct {
+	Instance string
+	Since    time.Time
+}
+
+// String renders the annotation value.
+func (h Holder) String() string { return h.Instance + " " + h.Since.UTC().Format(time.RFC3339) }
+
+// MaxInstanceLen bounds an instance name in a Holder value.
+const MaxInstanceLen = 253
+
+// ParseHolder reads a refresh-attempt-holder value: an instance name (no
+// spaces, at most MaxInstanceLen bytes) and an RFC 3339 time. Absent is the
+// zero Holder. Anything else is an error: callers report it and treat the
+// attempt as abandoned; the attempt counter, read fail-closed, still bounds
+// the retries.
+func ParseHolder(value string, present bool) (Holder, error) {
+	if !present {
+		return Holder{}, nil
+	}
+	inst, at, ok := strings.Cut(strings.TrimSpace(value), " ")
+	if !ok || inst == "" || len(inst) > MaxInstanceLen || strings.ContainsFunc(inst, unicode.IsSpace) || strings.ContainsFunc(at, unicode.IsSpace) {
+		return Holder{}, fmt.Errorf("invalid attempt holder %q (want \"<instance> <RFC 3339 time>\")", value)
+	}
+	t, err := parseTime(at)
+	if err != nil {
+		return Holder{}, fmt.Errorf("invalid attempt holder %q: %q is not an RFC 3339 time", value, at)
+	}
+	return Holder{Instance: inst, Since: t}, nil
+}
+
+// parseTime reads an RFC 3339 time whose UTC year is 1..9999: the times
+// these annotations hold are written in UTC, and a time outside those years
+// (year 0 with a positive offset) has no RFC 3339 form to write back.
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return time.Time{}, fmt.Errorf("year %d in UTC is out of range", y)
+	}
+	return t, nil
 }

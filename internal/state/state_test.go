@@ -1,6 +1,11 @@
 package state
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+)
 
 func TestKeys_SeedPrefixGivesTheScriptsExactKeys(t *testing.T) {
 	k := Keys{Prefix: "tracebloc.io"}
@@ -53,6 +58,86 @@ func FuzzParseCounter(f *testing.F) {
 		}
 		if err != nil && n != 0 {
 			t.Fatalf("ParseCounter(%q) returned %d with error", s, n)
+		}
+	})
+}
+
+func TestParseTimes_R6_InvalidValuesAreErrorsNeverNoChanges(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	got, err := ParseTimes(FormatTimes([]time.Time{t0, t0.Add(time.Minute)}), true)
+	if err != nil || len(got) != 2 || !got[0].Equal(t0) || !got[1].Equal(t0.Add(time.Minute)) {
+		t.Fatalf("round trip = %v, %v", got, err)
+	}
+	if got, err := ParseTimes("", false); err != nil || got != nil {
+		t.Errorf("absent = %v, %v; want none", got, err)
+	}
+	for _, bad := range []string{"", "yesterday", "2026-12-02", "2026-12-02T12:00:00Z,", "1733140800", "0000-01-01T00:00:00+01:00",
+		strings.Repeat("2026-12-02T12:00:00Z,", MaxDigestChangeTimes) + "2026-12-02T12:00:00Z"} {
+		if got, err := ParseTimes(bad, true); err == nil {
+			t.Errorf("ParseTimes(%.40q) = %v without error", bad, got)
+		}
+	}
+}
+
+func FuzzParseTimes(f *testing.F) {
+	for _, s := range []string{"2026-12-02T12:00:00Z", "2026-12-02T12:00:00Z,2026-12-02T13:00:00+01:00", "x", ",", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ts, err := ParseTimes(s, true)
+		if err != nil {
+			if ts != nil {
+				t.Fatalf("ParseTimes(%q) returned %v with an error", s, ts)
+			}
+			return
+		}
+		if len(ts) == 0 || len(ts) > MaxDigestChangeTimes {
+			t.Fatalf("ParseTimes(%q) = %d times without error", s, len(ts))
+		}
+		again, err := ParseTimes(FormatTimes(ts), true)
+		if err != nil || len(again) != len(ts) {
+			t.Fatalf("FormatTimes(ParseTimes(%q)) does not parse back: %v", s, err)
+		}
+	})
+}
+
+func TestParseHolder_C3_RoundTripsAndRejectsWhatItCannotRead(t *testing.T) {
+	h := Holder{Instance: "image-refresh-7d9f-abc123", Since: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)}
+	got, err := ParseHolder(h.String(), true)
+	if err != nil || got.Instance != h.Instance || !got.Since.Equal(h.Since) {
+		t.Fatalf("round trip of %q = %+v, %v", h.String(), got, err)
+	}
+	if got, err := ParseHolder("", false); err != nil || got != (Holder{}) {
+		t.Errorf("absent = %+v, %v; want the zero holder", got, err)
+	}
+	for _, bad := range []string{"", "pod-1", " 2026-12-03T09:00:00Z", "pod-1 yesterday", "pod-1 2026-12-03T09:00:00Z extra", "pod-1 0000-01-01T00:00:00+01:00",
+		strings.Repeat("p", MaxInstanceLen+1) + " 2026-12-03T09:00:00Z"} {
+		if got, err := ParseHolder(bad, true); err == nil {
+			t.Errorf("ParseHolder(%.40q) = %+v without error", bad, got)
+		} else if !strings.Contains(err.Error(), "holder") {
+			t.Errorf("ParseHolder(%.40q): error %q does not say what it read", bad, err)
+		}
+	}
+}
+
+func FuzzParseHolder(f *testing.F) {
+	for _, s := range []string{"pod-1 2026-12-03T09:00:00Z", "pod-1", " ", "a b c", "x 2026-12-03T09:00:00+01:00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := ParseHolder(s, true)
+		if err != nil {
+			if h != (Holder{}) {
+				t.Fatalf("ParseHolder(%q) returned %+v with an error", s, h)
+			}
+			return
+		}
+		if h.Instance == "" || len(h.Instance) > MaxInstanceLen || strings.ContainsFunc(h.Instance, unicode.IsSpace) {
+			t.Fatalf("ParseHolder(%q) = instance %q without error", s, h.Instance)
+		}
+		again, err := ParseHolder(h.String(), true)
+		if err != nil || again.Instance != h.Instance || !again.Since.Equal(h.Since.Truncate(time.Second)) {
+			t.Fatalf("ParseHolder(%q).String() = %q does not parse back: %v", s, h.String(), err)
 		}
 	})
 }

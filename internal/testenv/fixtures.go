@@ -47,6 +47,11 @@ type Spec struct {
 	PullSecrets  []string
 	Annotations  map[string]string
 	NodeSelector map[string]string
+	// ReadinessGates are pod condition types the pods must also report
+	// True to be Ready; MinReadySeconds is how long a pod must have been
+	// Ready to count as available (Deployment).
+	ReadinessGates  []string
+	MinReadySeconds int32
 }
 
 // Option changes a Spec.
@@ -73,6 +78,20 @@ func WithTolerateAll() Option { return func(s *Spec) { s.TolerateAll = true } }
 // WithAnnotations sets the workload's own annotations.
 func WithAnnotations(a map[string]string) Option { return func(s *Spec) { s.Annotations = a } }
 
+// WithReadinessGate adds a readinessGate on a pod condition of type
+// conditionType, as a load balancer controller asks for. Note that kwok's
+// pod-ready stage reports every gate True when it starts a pod, like a
+// kubelet whose gates all pass at once; a test that wants the gate to fail
+// sets the condition False itself, as the gate's owner would.
+func WithReadinessGate(conditionType string) Option {
+	return func(s *Spec) { s.ReadinessGates = append(s.ReadinessGates, conditionType) }
+}
+
+// WithMinReadySeconds sets minReadySeconds (Deployment): a pod counts as
+// available only after it has been Ready that long, so a pod that turns
+// unready within it never made the rollout progress.
+func WithMinReadySeconds(n int32) Option { return func(s *Spec) { s.MinReadySeconds = n } }
+
 // WithPullSecrets sets the pod template's imagePullSecrets.
 func WithPullSecrets(names ...string) Option { return func(s *Spec) { s.PullSecrets = names } }
 
@@ -92,6 +111,9 @@ func build(name string, opts []Option) (Spec, metav1.ObjectMeta, *metav1.LabelSe
 	for _, ps := range s.PullSecrets {
 		tmpl.Spec.ImagePullSecrets = append(tmpl.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: ps})
 	}
+	for _, g := range s.ReadinessGates {
+		tmpl.Spec.ReadinessGates = append(tmpl.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: corev1.PodConditionType(g)})
+	}
 	if s.TolerateAll {
 		tmpl.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	}
@@ -103,7 +125,7 @@ func Deployment(t testing.TB, client kubernetes.Interface, ns, name string, opts
 	t.Helper()
 	s, meta, sel, tmpl := build(name, opts)
 	meta.Namespace = ns
-	d := &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{Replicas: &s.Replicas, Selector: sel, Template: tmpl}}
+	d := &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{Replicas: &s.Replicas, Selector: sel, Template: tmpl, MinReadySeconds: s.MinReadySeconds}}
 	if s.Recreate {
 		d.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
 	}

@@ -19,6 +19,7 @@ type Request struct {
 // answered. It can be switched while the server is serving.
 type Fault struct {
 	PathContains string        // only requests whose path contains this; "" = every manifest request
+	Method       string        // only requests of this method ("HEAD", "GET"); "" = every method
 	Status       int           // answer with this status instead of the registry's (0 = no change)
 	RetryAfter   string        // Retry-After header value sent with Status
 	Delay        time.Duration // answer late; a client that gives up stops the wait
@@ -92,7 +93,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		writeError(sw, req, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 		return
 	}
-	if fault != nil && isManifestPath(req.URL.Path) && strings.Contains(req.URL.Path, fault.PathContains) {
+	if fault != nil && isManifestPath(req.URL.Path) && strings.Contains(req.URL.Path, fault.PathContains) &&
+		(fault.Method == "" || fault.Method == req.Method) {
 		s.serveFault(sw, req, *fault)
 		return
 	}

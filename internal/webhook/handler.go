@@ -2,13 +2,13 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/image-refresh/image-refresh/internal/config"
@@ -37,6 +37,7 @@ type Handler struct {
 	ready       func() bool
 	metrics     *metrics.Metrics
 	log         *slog.Logger
+	maxBody     int64 // MaxReviewBytes
 }
 
 // NewHandler builds the handler for a validated config. ready reports
@@ -44,12 +45,14 @@ type Handler struct {
 func NewHandler(cfg *config.Config, annotations Annotations, ready func() bool, m *metrics.Metrics, log *slog.Logger) *Handler {
 	return &Handler{
 		prefix: cfg.AnnotationPrefix, format: cfg.PinFormat, targets: targetIndex(cfg),
-		annotations: annotations, ready: ready, metrics: m, log: log,
+		annotations: annotations, ready: ready, metrics: m, log: log, maxBody: MaxReviewBytes,
 	}
 }
 
 // object is the part of an admitted Deployment, DaemonSet or StatefulSet
-// the webhook reads.
+// the webhook reads. It is decoded with case-sensitive keys (utiljson), as
+// the API server decodes: a key that differs in case is not the field, so
+// a patch never names a path the object does not have.
 type object struct {
 	Metadata struct {
 		Name string `json:"name"`
@@ -115,7 +118,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 		return nil, nil
 	}
 	var obj object
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+	if err := utiljson.Unmarshal(req.Object.Raw, &obj); err != nil {
 		return nil, fmt.Errorf("decode the admitted %s: %w", req.Kind.Kind, err)
 	}
 	name := req.Name
@@ -175,7 +178,7 @@ func oldImages(req admission.Request) (map[string]string, error) {
 		return nil, nil
 	}
 	var old object
-	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+	if err := utiljson.Unmarshal(req.OldObject.Raw, &old); err != nil {
 		return nil, fmt.Errorf("decode the stored %s: %w", req.Kind.Kind, err)
 	}
 	out := make(map[string]string, len(old.Spec.Template.Spec.Containers))
@@ -191,7 +194,7 @@ func fieldManager(options []byte) string {
 	var o struct {
 		FieldManager string `json:"fieldManager"`
 	}
-	if len(options) == 0 || json.Unmarshal(options, &o) != nil {
+	if len(options) == 0 || utiljson.Unmarshal(options, &o) != nil {
 		return ""
 	}
 	return o.FieldManager

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 )
@@ -63,19 +62,16 @@ func (o Options) Hosts() []string {
 // cache, which every replica runs too. kube updates the caBundle (only with
 // SelfSigned).
 func Setup(mgr manager.Manager, o Options, h *Handler, kube kubernetes.Interface, log *slog.Logger) error {
-	// HTTP/2 stays off: the API server speaks HTTP/1.1 to webhooks, and it
-	// closes the HTTP/2 rapid-reset and stream-flood class of attacks.
-	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	var certs *SelfSigned
 	if o.SelfSigned {
 		validity := o.CertValidity
 		if validity <= 0 {
 			validity = DefaultCertValidity
 		}
-		certs, err := NewSelfSigned(o.Hosts(), validity, time.Now())
-		if err != nil {
+		var err error
+		if certs, err = NewSelfSigned(o.Hosts(), validity, time.Now()); err != nil {
 			return err
 		}
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
 		inj := &caInjector{
 			certs: certs, client: kube.AdmissionregistrationV1().MutatingWebhookConfigurations(), name: o.ConfigName,
 			interval: caCheckInterval, timeout: 15 * time.Second, log: log,
@@ -84,12 +80,48 @@ func Setup(mgr manager.Manager, o Options, h *Handler, kube kubernetes.Interface
 			return err
 		}
 	}
-	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts})
-	srv.Register(Path, &admission.Webhook{Handler: h})
+	srv := newServer(o, certs, h)
 	if err := mgr.Add(srv); err != nil {
 		return fmt.Errorf("add the webhook server: %w", err)
 	}
 	return mgr.AddReadyzCheck("webhook", srv.StartedChecker())
+}
+
+// newServer is the webhook's server as Setup adds it to the manager:
+// controller-runtime's webhook server, which listens with TLS only (it has
+// no plain-HTTP mode), with the TLS settings of modernTLS, serving h (which
+// answers AdmissionReviews only) at Path. certs is nil when the certificate
+// comes from o.CertDir.
+func newServer(o Options, certs *SelfSigned, h *Handler) webhook.Server {
+	tlsOpts := []func(*tls.Config){modernTLS}
+	if certs != nil {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
+	}
+	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts})
+	srv.Register(Path, h)
+	return srv
+}
+
+// modernTLS is the webhook's TLS policy: TLS 1.2 or 1.3, and for TLS 1.2
+// only ECDHE key exchange (forward secrecy) with an AEAD cipher, for ECDSA
+// keys (the self-signed certificate) and RSA keys (a mounted one, e.g.
+// cert-manager's default). TLS 1.3's suites are all AEAD and crypto/tls
+// does not make them configurable. Both are set explicitly: Go's defaults
+// still accept ECDHE with AES-CBC, and GODEBUG (tls10server, tlsrsakex,
+// tls3des) can loosen them further.
+func modernTLS(c *tls.Config) {
+	c.MinVersion = tls.VersionTLS12
+	c.CipherSuites = []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+	}
+	// HTTP/2 stays off: the API server speaks HTTP/1.1 to webhooks, and it
+	// closes the HTTP/2 rapid-reset and stream-flood class of attacks.
+	c.NextProtos = []string{"http/1.1"}
 }
 
 // CachedAnnotations reads workloads from an informer cache (the manager's,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -177,4 +178,43 @@ func TestUpdateAnnotations_RetriesAConflictFromAnUnrelatedWrite(t *testing.T) {
 			t.Errorf("annotation %s = %q, want %q", k, out.Annotations[k], v)
 		}
 	}
+}
+
+// R4, R9: an annotation write bumps a Deployment's generation, so a read
+// right after it finds the controller behind (observedGeneration <
+// generation). GetObserved waits the milliseconds the controller needs, so
+// that the pass after image-refresh's own write does not take the group for
+// unsettled and write a skip streak it must clear again.
+func TestGetObserved_R4_AReadRightAfterAnAnnotationWriteIsSettled(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithReplicas(1))
+	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ctx := context.Background()
+	if st, err := wc.WaitSettled(ctx, ref, 30*time.Second); err != nil || !st.Settled {
+		t.Fatalf("setup: %v %+v", err, st)
+	}
+	lagged := 0
+	for i := range 20 {
+		if _, err := wc.UpdateAnnotations(ctx, ref, nil, map[string]*string{attemptKey: ptr(fmt.Sprint(i + 1))}); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 { // a plain read, to show what GetObserved waits out
+			if mustGet(t, wc, ref).Settled.Unobserved {
+				lagged++
+			}
+			continue
+		}
+		obj, err := wc.GetObserved(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !obj.Settled.Settled {
+			t.Errorf("write %d: read as %q right after an annotation write", i+1, obj.Settled.Reason)
+		}
+		if obj.Annotations[attemptKey] != fmt.Sprint(i+1) {
+			t.Errorf("write %d: read an older version (attempt %q)", i+1, obj.Annotations[attemptKey])
+		}
+	}
+	t.Logf("a plain read right after an annotation write found the controller behind %d of 10 times", lagged)
 }

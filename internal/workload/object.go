@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +64,32 @@ func (c *Client) Get(ctx context.Context, ref Ref) (*Object, error) {
 		return nil, fmt.Errorf("read %s: %w", ref, err)
 	}
 	return obj, nil
+}
+
+// observeWithin bounds how long GetObserved waits for the controller.
+const observeWithin = 2 * time.Second
+
+// GetObserved reads a workload as Get does, and while its controller has
+// not yet observed the current generation, reads it again for up to 2 s.
+// image-refresh's own annotation writes bump a Deployment's generation; a
+// pass that reads the anchor right after one (another process's, or the
+// previous pass's) would otherwise take the group for unsettled and count a
+// skip streak it then has to clear: two writes for nothing (R4, R9).
+func (c *Client) GetObserved(ctx context.Context, ref Ref) (*Object, error) {
+	obj, err := c.Get(ctx, ref)
+	for deadline := time.Now().Add(observeWithin); err == nil && obj.Settled.Unobserved && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return obj, nil
+		case <-time.After(50 * time.Millisecond):
+		}
+		again, rerr := c.Get(ctx, ref)
+		if rerr != nil {
+			break // the first read stands; the next pass reads again
+		}
+		obj = again
+	}
+	return obj, err
 }
 
 func newObject(kind string, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, settled Settledness) *Object {

@@ -11,6 +11,14 @@ import (
 type Settledness struct {
 	Settled bool
 	Reason  string
+	// Unobserved: the controller has not observed the current generation
+	// yet. An annotation write bumps a Deployment's generation too; the
+	// controller catches up within milliseconds (GetObserved waits for it).
+	Unobserved bool
+}
+
+func unobserved(observed, generation int64) Settledness {
+	return Settledness{Reason: fmt.Sprintf("observedGeneration %d < generation %d", observed, generation), Unobserved: true}
 }
 
 func notSettled(format string, args ...any) Settledness {
@@ -28,7 +36,7 @@ func DeploymentSettled(d *appsv1.Deployment) Settledness {
 	s := d.Status
 	switch {
 	case s.ObservedGeneration < d.Generation:
-		return notSettled("observedGeneration %d < generation %d", s.ObservedGeneration, d.Generation)
+		return unobserved(s.ObservedGeneration, d.Generation)
 	case s.UpdatedReplicas < want:
 		return notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
 	case s.Replicas > s.UpdatedReplicas:
@@ -46,7 +54,7 @@ func DaemonSetSettled(ds *appsv1.DaemonSet) Settledness {
 	s := ds.Status
 	switch {
 	case s.ObservedGeneration < ds.Generation:
-		return notSettled("observedGeneration %d < generation %d", s.ObservedGeneration, ds.Generation)
+		return unobserved(s.ObservedGeneration, ds.Generation)
 	case s.UpdatedNumberScheduled < s.DesiredNumberScheduled:
 		return notSettled("%d of %d scheduled pods updated", s.UpdatedNumberScheduled, s.DesiredNumberScheduled)
 	case s.NumberAvailable < s.DesiredNumberScheduled:
@@ -64,7 +72,7 @@ func StatefulSetSettled(st *appsv1.StatefulSet) Settledness {
 	s := st.Status
 	switch {
 	case s.ObservedGeneration < st.Generation:
-		return notSettled("observedGeneration %d < generation %d", s.ObservedGeneration, st.Generation)
+		return unobserved(s.ObservedGeneration, st.Generation)
 	case s.UpdatedReplicas < want && st.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType:
 		return notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
 	case s.ReadyReplicas < want:

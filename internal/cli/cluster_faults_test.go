@@ -1,0 +1,802 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// Cluster faults (docs/reliability.md): a pod that runs but never becomes
+// Ready, a Deployment scaled to 0, a workload that Helm deletes and
+// re-creates, a helm rollback, and two `run` instances without leader
+// election. Each test checks that nothing is lost (no digest record moved
+// without a settled rollout, no pin to a digest the registry did not serve,
+// no annotation dropped), that the group converges once the fault clears,
+// that nothing rolls more than once (ReplicaSets and stored versions
+// counted), and what the operator is told.
+
+// ownerKey is an annotation of the operator's own on an anchor: it must
+// survive every write of image-refresh (R16).
+const ownerKey = "acme.example/owner"
+
+// cfWebGroup is a group of one Deployment "web" that is its own anchor.
+const cfWebGroup = `groups:
+  - name: web
+    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
+    images:
+      - name: web
+        repository: {{reg}}/acme/web
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}
+`
+
+// tickRaw runs one `tick` and, unlike env.tick, does not wait for the
+// namespace to settle afterwards: under a fault that keeps a rollout from
+// settling that wait would only add its own timeout. It says how long the
+// tick took.
+func (e *env) tickRaw(cfg string) (int, string, time.Duration) {
+	e.t.Helper()
+	start := time.Now()
+	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", e.kubeconfig)
+	took := time.Since(start)
+	e.t.Logf("tick exit %d in %s:\n%s", code, took.Round(time.Millisecond), logs)
+	return code, logs, took
+}
+
+// stateOf returns the annotations of a Deployment that image-refresh keeps
+// (prefix P) and the operator's own ownerKey.
+func (e *env) stateOf(deploy string) map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	for k, v := range e.annotations(deploy) {
+		if strings.HasPrefix(k, e.prefix+"/") || k == ownerKey {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// pods returns the pods of a Deployment's label app=name.
+func (e *env) pods(app string) []corev1.Pod {
+	e.t.Helper()
+	list, err := e.c.Client.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return list.Items
+}
+
+func podCondition(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// eventsOf returns "reason: message" of every Event on the object with
+// this UID: a re-created workload's name also matches its predecessor's.
+func (e *env) eventsOf(uid types.UID) []string {
+	e.t.Helper()
+	return e.eventsWhere(func(ev corev1.Event) bool { return ev.InvolvedObject.UID == uid })
+}
+
+// imageTrail is the sequence of images a container had across stored
+// versions of a Deployment, starting from start, with repeats collapsed:
+// every step after the first is one write that changed the image.
+func imageTrail(start string, versions []deployVersion, container string) []string {
+	trail := []string{start}
+	for _, v := range versions {
+		if img, ok := v.images[container]; ok && img != trail[len(trail)-1] {
+			trail = append(trail, img)
+		}
+	}
+	return trail
+}
+
+// gateOwner plays the owner of a readiness gate, as a load balancer
+// controller does for the pods of one Deployment: it reports the gate
+// False on every pod that runs the digest it is told is unhealthy, True on
+// the others.
+//
+// kwok's pod-ready stage, which stands in for the kubelet here, reports
+// every readinessGate True (and the pod Ready) when it starts a pod, and
+// never recomputes Ready afterwards. So a gate "nobody sets" does not keep
+// a pod unready on this cluster; the owner writes the gate and, as the
+// kubelet would on a gate turning False, the pod's Ready condition. kwok
+// does not touch a started pod's status again, so what the owner writes
+// stays.
+type gateOwner struct {
+	e         *env
+	app, gate string
+	mu        sync.Mutex
+	unhealthy string // a digest; "" = every target healthy
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+func (e *env) startGateOwner(app, gate string) *gateOwner {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &gateOwner{e: e, app: app, gate: gate, cancel: cancel, done: make(chan struct{})}
+	go g.loop(ctx)
+	e.t.Cleanup(func() { g.cancel(); <-g.done })
+	return g
+}
+
+// fail makes the owner report pods on digest unhealthy ("" heals them).
+func (g *gateOwner) fail(digest string) {
+	g.mu.Lock()
+	g.unhealthy = digest
+	g.mu.Unlock()
+}
+
+func (g *gateOwner) loop(ctx context.Context) {
+	defer close(g.done)
+	pods := g.e.c.Client.CoreV1().Pods(g.e.ns)
+	for ctx.Err() == nil {
+		g.mu.Lock()
+		bad := g.unhealthy
+		g.mu.Unlock()
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + g.app})
+		for i := 0; err == nil && i < len(list.Items); i++ {
+			p := &list.Items[i]
+			if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+				continue // not started by kwok yet: it would overwrite the gate
+			}
+			want, reason := corev1.ConditionTrue, "TargetHealthy"
+			if bad != "" && strings.HasSuffix(p.Spec.Containers[0].Image, "@"+bad) {
+				want, reason = corev1.ConditionFalse, "TargetUnhealthy"
+			}
+			if podCondition(p, corev1.PodConditionType(g.gate)) == want && podCondition(p, corev1.PodReady) == want {
+				continue
+			}
+			now := time.Now().UTC().Format(time.RFC3339)
+			readyReason := ""
+			if want == corev1.ConditionFalse {
+				readyReason = "ReadinessGatesNotReady"
+			}
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q},{"type":"Ready","status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
+				g.gate, want, reason, now, want, readyReason, now)
+			_, _ = pods.Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "lb-controller"}, "status")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func TestCluster_R4_R10_PodThatNeverBecomesReadyLocksOutAndRearmConverges(t *testing.T) {
+	const gate = "lb.acme.example/target-healthy"
+	e := newEnv(t)
+	first := e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	// minReadySeconds: a new pod counts as available only once Ready for
+	// 4 s, so the few milliseconds it reads Ready before the gate's owner
+	// says otherwise cannot move the rollout on.
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
+		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4), testenv.WithAnnotations(map[string]string{ownerKey: "team-web"}))
+	e.settle("Deployment", "web")
+	cfg := e.config("rolloutTimeout: 5s\nmaxRefreshAttempts: 2\n" + cfWebGroup)
+	e.pinAll(cfg)
+	if got := e.image("web", "web"); got != tag+"@"+first {
+		t.Fatalf("setup: web runs %s, want %s", got, tag+"@"+first)
+	}
+	lb := e.startGateOwner("web", gate)
+	rs := e.rollouts("web")
+	recKey, attemptKey, flapKey := e.key("last-refreshed-web-digest"), e.key("refresh-attempt"), e.key("refresh-flap-detected")
+	rearm := "image-refresh rearm --config " + cfg + " --group web"
+
+	// The registry publishes a build whose pods start and run, but which
+	// the load balancer never reports healthy.
+	next := e.push("web", "prod")
+	lb.fail(next)
+
+	// Tick 1: re-images (R6), waits rolloutTimeout, fails loudly.
+	code, logs, took := e.tickRaw(cfg)
+	if code != 1 || took < 5*time.Second {
+		t.Errorf("tick with a rollout whose pod never becomes Ready: exit %d after %s, want 1 after rolloutTimeout (5s)", code, took)
+	}
+	if len(logLines(logs, "ERROR", "rollout not settled", "did not settle within 5s", "the digest record is unchanged", "attempt 1 of 2")) != 1 {
+		t.Errorf("no ERROR naming the unsettled rollout, the timeout and the attempt:\n%s", logs)
+	}
+	if got := e.image("web", "web"); got != tag+"@"+next {
+		t.Fatalf("web not re-imaged to the registry's new digest: %s", got)
+	}
+	// The fault is what this test claims: the new pod runs and is not Ready;
+	// the old one keeps serving (maxUnavailable 0).
+	var running, unready int
+	for _, p := range e.pods("web") {
+		if strings.HasSuffix(p.Spec.Containers[0].Image, "@"+next) {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+			if podCondition(&p, corev1.PodReady) == corev1.ConditionFalse {
+				unready++
+			}
+		}
+	}
+	if running != 1 || unready != 1 {
+		t.Fatalf("setup: %d pods of the new build Running and %d not Ready, want 1 and 1: the fault did not happen", running, unready)
+	}
+	if d := e.deployment("web"); d.Status.AvailableReplicas != 1 {
+		t.Errorf("available replicas %d during the stuck rollout, want the old pod (1)", d.Status.AvailableReplicas)
+	}
+	a := e.stateOf("web")
+	if a[attemptKey] != "1" || a[recKey] != first {
+		t.Errorf("after tick 1: attempt %q record %q, want 1 and the old digest (no record without a settled rollout)", a[attemptKey], a[recKey])
+	}
+	if !hasEvent(e.events("web"), "RefreshError", "rollout not settled") {
+		t.Errorf("no RefreshError Event on the anchor: %q", e.events("web"))
+	}
+
+	// Tick 2: R11 waits for the same rollout again under attempt 2.
+	code, logs, took = e.tickRaw(cfg)
+	if code != 1 || took < 5*time.Second {
+		t.Errorf("tick 2: exit %d after %s, want 1 after rolloutTimeout", code, took)
+	}
+	if len(logLines(logs, "WARN", "never confirmed settling")) != 1 || len(logLines(logs, "ERROR", "attempt 2 of 2")) != 1 {
+		t.Errorf("tick 2 does not say it waits again for the unconfirmed rollout (attempt 2 of 2):\n%s", logs)
+	}
+	if a := e.stateOf("web"); a[attemptKey] != "2" || a[recKey] != first {
+		t.Errorf("after tick 2: attempt %q record %q, want 2 and the old digest", a[attemptKey], a[recKey])
+	}
+
+	// Tick 3: at maxRefreshAttempts: locked out, loudly, without waiting.
+	code, logs, took = e.tickRaw(cfg)
+	if code != 1 || took > 4*time.Second {
+		t.Errorf("locked-out tick: exit %d after %s, want 1 at once", code, took)
+	}
+	if len(logLines(logs, "WARN", "LOCKED OUT", "remediation=", rearm)) != 1 {
+		t.Errorf("no LOCKED OUT WARN naming %q:\n%s", rearm, logs)
+	}
+	if a := e.stateOf("web"); a[flapKey] != "2" || a[recKey] != first {
+		t.Errorf("after the lockout: flap marker %q record %q, want 2 and the old digest", a[flapKey], a[recKey])
+	}
+	if !hasEvent(e.events("web"), "RefreshLockedOut", rearm) {
+		t.Errorf("no RefreshLockedOut Event naming the rearm command: %q", e.events("web"))
+	}
+
+	// The fault clears: the load balancer reports the new pods healthy.
+	lb.fail("")
+	healed := time.Now()
+	e.settle("Deployment", "web")
+	settledAfter := time.Since(healed)
+	// R12: latched, the group stays loud and records nothing by itself.
+	if code, logs := e.tick(cfg); code != 1 || !strings.Contains(logs, "LOCKED OUT") {
+		t.Errorf("latched tick after the fix: exit %d, want 1 and LOCKED OUT:\n%s", code, logs)
+	}
+	if got := e.stateOf("web")[recKey]; got != first {
+		t.Errorf("a locked-out group moved its record to %s", got)
+	}
+	if code, out, errOut := e.run("rearm", "--config", cfg, "--kubeconfig", e.kubeconfig, "--group", "web"); code != 0 {
+		t.Fatalf("rearm exit %d: %s%s", code, out, errOut)
+	}
+	e.settle("Deployment", "web")
+	code, logs = e.tick(cfg)
+	if code != 0 {
+		t.Fatalf("tick after rearm: exit %d, want 0", code)
+	}
+	converged := time.Since(healed)
+	if len(logLines(logs, "INFO", "recorded "+recKey+"="+next, "every target already runs it")) != 1 {
+		t.Errorf("the converging tick does not say it recorded the digest the target runs:\n%s", logs)
+	}
+	a = e.stateOf("web")
+	if a[recKey] != next || a[attemptKey] != "" || a[flapKey] != "" || a[ownerKey] != "team-web" {
+		t.Errorf("after rearm and one tick: %v, want record %s, no attempt, no flap marker, %s kept", a, next, ownerKey)
+	}
+	if n := e.rollouts("web"); n != rs+1 {
+		t.Errorf("web's ReplicaSets %d -> %d across 3 failed ticks, a fix and a rearm, want exactly one more", rs, n)
+	}
+	rvs, events := e.resourceVersions(), e.ownEvents()
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Errorf("tick after convergence: exit %d", code)
+	}
+	e.assertUnchanged("a tick after convergence", rvs, events)
+	t.Logf("settled %s after the gate turned True; converged %s after it (1 latched tick, rearm, 1 tick)",
+		settledAfter.Round(100*time.Millisecond), converged.Round(100*time.Millisecond))
+}
+
+func TestCluster_R6_ScaledToZeroDeploymentIsPinned(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag), testenv.WithReplicas(1),
+		testenv.WithAnnotations(map[string]string{ownerKey: "team-api"}))
+	testenv.Deployment(t, e.c.Client, e.ns, "worker", testenv.WithContainer("worker", tag), testenv.WithReplicas(0))
+	e.settle("Deployment", "api")
+	e.observed("worker")
+	cfg := e.config(`groups:
+  - name: api
+    anchor: {kind: Deployment, namespace: {{ns}}, name: api}
+    images:
+      - name: api
+        repository: {{reg}}/acme/api
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: api, container: api}
+          - {kind: Deployment, namespace: {{ns}}, name: worker, container: worker}
+`)
+	rs := e.rollouts("worker")
+	recKey := e.key("last-refreshed-api-digest")
+
+	if code, _ := e.tick(cfg); code != 0 || e.image("worker", "worker") != tag || e.rollouts("worker") != rs {
+		t.Fatalf("first observation: exit %d, worker %s, ReplicaSets %d -> %d; want 0, untouched", code, e.image("worker", "worker"), rs, e.rollouts("worker"))
+	}
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("pinning tick: exit %d", code)
+	}
+	if got := e.image("worker", "worker"); got != tag+"@"+first {
+		t.Errorf("the scaled-to-0 worker is not pinned: %s", got)
+	}
+	if n := e.rollouts("worker"); n != rs+1 {
+		t.Errorf("pinning the scaled-to-0 worker: ReplicaSets %d -> %d, want one more (its template changed)", rs, n)
+	}
+
+	next := e.push("api", "prod")
+	start := time.Now()
+	code, logs := e.tick(cfg)
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("digest change with a scaled-to-0 target: exit %d, want 0", code)
+	}
+	if got := e.image("worker", "worker"); got != tag+"@"+next {
+		t.Errorf("the scaled-to-0 worker is not re-imaged: %s", got)
+	}
+	if len(logLines(logs, "INFO", "re-imaged", "/worker container worker", "@"+next)) != 1 || !hasEvent(e.events("worker"), "DigestChanged", next) {
+		t.Errorf("the re-image of the worker is not logged and evented:\n%s", logs)
+	}
+	a := e.stateOf("api")
+	if a[recKey] != next || a[e.key("refresh-attempt")] != "" || a[ownerKey] != "team-api" {
+		t.Errorf("after the digest change: %v, want record %s, no attempt, %s kept", a, next, ownerKey)
+	}
+	if n := e.rollouts("worker"); n != rs+2 {
+		t.Errorf("worker's ReplicaSets %d -> %d after the pin and one digest change, want exactly two more", rs, n)
+	}
+	if p := e.pods("worker"); len(p) != 0 {
+		t.Errorf("a scaled-to-0 Deployment got %d pods", len(p))
+	}
+
+	// Scaled back up, the worker runs the pinned digest: no rollout, no tick.
+	if _, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(context.Background(), "worker", types.MergePatchType, []byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.settle("Deployment", "worker")
+	pods := e.pods("worker")
+	for _, p := range pods {
+		if got := p.Spec.Containers[0].Image; got != tag+"@"+next {
+			t.Errorf("pod %s of the scaled-up worker runs %s, want %s", p.Name, got, tag+"@"+next)
+		}
+	}
+	if len(pods) != 2 || e.rollouts("worker") != rs+2 {
+		t.Errorf("scaled up: %d pods, ReplicaSets %d; want 2 pods and no new ReplicaSet (%d)", len(pods), e.rollouts("worker"), rs+2)
+	}
+	rvs, events := e.resourceVersions(), e.ownEvents()
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Errorf("tick after the scale-up: exit %d", code)
+	}
+	e.assertUnchanged("a tick after the scale-up", rvs, events)
+	t.Logf("digest change with a scaled-to-0 target: 1 tick, %s (the settle is the controller observing the new generation)", took.Round(time.Millisecond))
+}
+
+// observed waits until the Deployment controller observed a Deployment's
+// current generation: all there is to wait for at 0 replicas. It does not
+// use the product's definition of settled, which the test checks.
+func (e *env) observed(deploy string) {
+	e.t.Helper()
+	eventually(e.t, 30*time.Second, deploy+" observed", func() bool {
+		d := e.deployment(deploy)
+		return d.Status.ObservedGeneration == d.Generation
+	})
+}
+
+// helmReinstall uninstalls a release and installs it again, the way an
+// operator starts a release over: the Deployment is deleted (its
+// ReplicaSets and pods with it, once the garbage collector ran) and
+// created anew from the chart, with no webhook (B1) to pin it on the way
+// in. It returns the old and the new UID.
+func (e *env) helmReinstall(h *helmCLI, release, chart, deploy string) (types.UID, types.UID) {
+	e.t.Helper()
+	old := e.deployment(deploy).UID
+	h.run("uninstall", release, "-n", e.ns)
+	eventually(e.t, 60*time.Second, "the release's Deployment, ReplicaSets and pods gone", func() bool {
+		_, err := e.c.Client.AppsV1().Deployments(e.ns).Get(context.Background(), deploy, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && e.rollouts(deploy) == 0 && len(e.pods(deploy)) == 0
+	})
+	h.run("install", release, chart, "-n", e.ns)
+	e.settle("Deployment", deploy)
+	return old, e.deployment(deploy).UID
+}
+
+func TestCluster_R7_RecreatedByHelmIsRepinned(t *testing.T) {
+	e := newEnv(t)
+	h := newHelm(t, e)
+	digest, tag, cfg := e.hbSetup() // the anchor "state" lives outside the release
+	pinned := tag + "@" + digest
+	chart := hbChart(t, tag)
+	h.run("install", "web", chart, "-n", e.ns)
+	e.settle("Deployment", "web")
+	if code, _ := e.tick(cfg); code != 0 || e.image("web", "web") != pinned {
+		t.Fatalf("setup: the tick did not pin web: exit %d, %s", code, e.image("web", "web"))
+	}
+	state := e.stateOf("state")
+
+	oldUID, newUID := e.helmReinstall(h, "web", chart, "web")
+	if oldUID == newUID || e.image("web", "web") != tag || e.rollouts("web") != 1 {
+		t.Fatalf("setup: web not re-created on the bare tag: uid %s -> %s, %s, %d ReplicaSets", oldUID, newUID, e.image("web", "web"), e.rollouts("web"))
+	}
+
+	start := time.Now()
+	code, logs := e.tick(cfg)
+	took := time.Since(start)
+	if code != 0 || e.image("web", "web") != pinned {
+		t.Fatalf("tick after the re-create: exit %d, web %s; want 0 and %s in one tick", code, e.image("web", "web"), pinned)
+	}
+	if len(logLines(logs, "INFO", "/web container web is not on the pinned digest", "last written by helm")) != 1 {
+		t.Errorf("the re-pin is not logged naming helm as the writer:\n%s", logs)
+	}
+	if !hasEvent(e.eventsOf(newUID), "Repinned", "helm") || !hasEvent(e.events("state"), "Repinned", "/web container web") {
+		t.Errorf("no Repinned Event naming helm on the new web and on the anchor: web %q, state %q", e.eventsOf(newUID), e.events("state"))
+	}
+	if n := e.rollouts("web"); n != 2 {
+		t.Errorf("the re-created web has %d ReplicaSets after its re-pin, want 2 (the install's, the pin's)", n)
+	}
+	if got := e.stateOf("state"); fmt.Sprint(got) != fmt.Sprint(state) {
+		t.Errorf("the anchor's annotations changed across the re-create of another target:\nbefore %v\nafter  %v", state, got)
+	}
+	rvs, events := e.resourceVersions(), e.ownEvents()
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Errorf("tick after the re-pin: exit %d", code)
+	}
+	e.assertUnchanged("a tick after the re-pin", rvs, events)
+	t.Logf("re-created target re-pinned in 1 tick (%s), record kept", took.Round(time.Millisecond))
+}
+
+// When Helm re-creates the anchor, the group's state goes with it: the
+// record, the ever-pinned marker, any attempt count. The next tick is a
+// first observation again (R5: record, touch nothing), the one after pins
+// (R7, wording of a fresh install). Nothing wedges, and a digest the
+// registry moved to while the anchor was gone is the one recorded.
+func TestCluster_R5_R7_AnchorRecreatedByHelmIsObservedAgainThenPinned(t *testing.T) {
+	e := newEnv(t)
+	h := newHelm(t, e)
+	first := e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	chart := hbChart(t, tag)
+	cfg := e.config(cfWebGroup)
+	h.run("install", "web", chart, "-n", e.ns)
+	e.settle("Deployment", "web")
+	e.pinAll(cfg)
+	recKey, everKey := e.key("last-refreshed-web-digest"), e.key("ever-pinned-web")
+	if got := e.image("web", "web"); got != tag+"@"+first || e.stateOf("web")[recKey] != first {
+		t.Fatalf("setup: web %s, record %q; want pinned to and recorded at %s", got, e.stateOf("web")[recKey], first)
+	}
+	if _, ok := e.stateOf("web")[everKey]; !ok {
+		t.Fatalf("setup: no %s marker to lose: %v", everKey, e.stateOf("web"))
+	}
+
+	h.run("uninstall", "web", "-n", e.ns)
+	next := e.push("web", "prod") // the registry moves while the release is gone
+	eventually(t, 60*time.Second, "web, its ReplicaSets and pods gone", func() bool {
+		_, err := e.c.Client.AppsV1().Deployments(e.ns).Get(context.Background(), "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && e.rollouts("web") == 0 && len(e.pods("web")) == 0
+	})
+	h.run("install", "web", chart, "-n", e.ns)
+	e.settle("Deployment", "web")
+	if s := e.stateOf("web"); len(s) != 0 || e.image("web", "web") != tag {
+		t.Fatalf("setup: the re-created anchor has state %v and runs %s, want none and the bare tag", s, e.image("web", "web"))
+	}
+
+	code, logs := e.tick(cfg)
+	if code != 0 || e.image("web", "web") != tag || e.rollouts("web") != 1 {
+		t.Errorf("first tick after the re-create: exit %d, web %s, %d ReplicaSets; want 0, untouched (R5)", code, e.image("web", "web"), e.rollouts("web"))
+	}
+	if len(logLines(logs, "INFO", "first observation", next)) != 1 {
+		t.Errorf("the tick does not log a first observation of the registry's current digest %s:\n%s", next, logs)
+	}
+	if got := e.stateOf("web")[recKey]; got != next {
+		t.Errorf("first observation recorded %q, want the registry's current %s", got, next)
+	}
+	code, logs = e.tick(cfg)
+	if code != 0 || e.image("web", "web") != tag+"@"+next {
+		t.Fatalf("second tick after the re-create: exit %d, web %s; want 0 and %s", code, e.image("web", "web"), tag+"@"+next)
+	}
+	if len(logLines(logs, "INFO", "/web container web is not on the pinned digest", "fresh install")) != 1 {
+		t.Errorf("the pin is not logged with R7's neutral wording:\n%s", logs)
+	}
+	if !hasEvent(e.eventsOf(e.deployment("web").UID), "Repinned", "@"+next) {
+		t.Errorf("no Repinned Event on the re-created anchor: %q", e.eventsOf(e.deployment("web").UID))
+	}
+	a := e.stateOf("web")
+	if a[recKey] != next || a[everKey] != "true" || a[e.key("refresh-attempt")] != "" {
+		t.Errorf("after the pin: %v, want record %s, %s=true, no attempt", a, next, everKey)
+	}
+	if n := e.rollouts("web"); n != 2 {
+		t.Errorf("the re-created anchor has %d ReplicaSets, want 2 (the install's, the pin's)", n)
+	}
+	t.Logf("re-created anchor: 1 tick of first observation (no rollout), pinned at the 2nd tick")
+}
+
+func TestCluster_R7_HelmRollbackIsRepinned(t *testing.T) {
+	e := newEnv(t)
+	h := newHelm(t, e)
+	first, tag, cfg := e.hbSetup()
+	chart := hbChart(t, tag)
+	// Revision 1 renders the bare tag; fix A pins it.
+	h.run("install", "web", chart, "-n", e.ns)
+	e.settle("Deployment", "web")
+	if code, _ := e.tick(cfg); code != 0 || e.image("web", "web") != tag+"@"+first {
+		t.Fatalf("setup: web not pinned: exit %d, %s", code, e.image("web", "web"))
+	}
+	// Revision 2 renders the digest of that day (a CI that pins values).
+	h.run("upgrade", "web", chart, "-n", e.ns, "--set", "image="+tag+"@"+first)
+	e.settle("Deployment", "web")
+	// The registry moves; fix A moves web and the record.
+	latest := e.push("web", "prod")
+	if code, _ := e.tick(cfg); code != 0 || e.image("web", "web") != tag+"@"+latest {
+		t.Fatalf("setup: the digest change did not reach web: exit %d, %s", code, e.image("web", "web"))
+	}
+	rs := e.rollouts("web")
+	state := e.stateOf("state")
+	if state[e.key("last-refreshed-web-digest")] != latest {
+		t.Fatalf("setup: record %q, want %s", state[e.key("last-refreshed-web-digest")], latest)
+	}
+
+	for _, c := range []struct{ revision, renders string }{{"2", tag + "@" + first}, {"1", tag}} {
+		history := e.watchDeployment("web")
+		// Helm 4 applies server-side; the image field is image-refresh's
+		// since the pin, so the rollback needs --force-conflicts (R17).
+		h.run("rollback", "web", c.revision, "-n", e.ns, "--force-conflicts")
+		e.settle("Deployment", "web")
+		if got := e.image("web", "web"); got != c.renders {
+			t.Fatalf("setup: rollback to revision %s left web on %s, want %s", c.revision, got, c.renders)
+		}
+		start := time.Now()
+		code, logs := e.tick(cfg)
+		took := time.Since(start)
+		if code != 0 || e.image("web", "web") != tag+"@"+latest {
+			t.Errorf("tick after rollback to revision %s: exit %d, web %s; want 0 and %s in one tick", c.revision, code, e.image("web", "web"), tag+"@"+latest)
+		}
+		if len(logLines(logs, "INFO", "/web container web is not on the pinned digest", "last written by helm")) != 1 {
+			t.Errorf("rollback to revision %s: the re-pin is not logged naming helm:\n%s", c.revision, logs)
+		}
+		trail := imageTrail(tag+"@"+latest, history.take(), "web")
+		if want := []string{tag + "@" + latest, c.renders, tag + "@" + latest}; fmt.Sprint(trail) != fmt.Sprint(want) {
+			t.Errorf("rollback to revision %s: web's image went %q, want %q (the rollback, one re-pin)", c.revision, trail, want)
+		}
+		// Both templates existed before: their ReplicaSets are reused.
+		if n := e.rollouts("web"); n != rs {
+			t.Errorf("rollback to revision %s and its re-pin: ReplicaSets %d -> %d, want none new", c.revision, rs, n)
+		}
+		t.Logf("rollback to revision %s (%s) re-pinned to the latest digest in 1 tick (%s)", c.revision, c.renders, took.Round(time.Millisecond))
+	}
+	if got := e.stateOf("state"); fmt.Sprint(got) != fmt.Sprint(state) {
+		t.Errorf("the anchor's annotations changed across two rollbacks:\nbefore %v\nafter  %v", state, got)
+	}
+}
+
+// C3 by mistake: two `run` processes on one cluster without
+// --leader-elect. One polls every second, the other every six, so the slow
+// one decides on an answer up to six seconds old while the fast one rolls
+// the new digest. The compare-and-swap on the anchor's annotations (each
+// write carries the resourceVersion it read and the values it expects), the
+// attempt holder and the fresh ask before re-imaging away from a running
+// digest must keep every change to one rollout: no back and forth, no
+// stacked attempts, no lockout, no ERROR.
+func TestCluster_C3_TwoInstancesWithoutLeaderElectionRollEachChangeOnce(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	for _, name := range []string{"web", "worker"} {
+		testenv.Deployment(t, e.c.Client, e.ns, name, testenv.WithContainer("app", tag), testenv.WithReplicas(2), testenv.WithMinReadySeconds(1))
+		e.settle("Deployment", name)
+	}
+	cfg := e.config(`groups:
+  - name: fleet
+    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
+    images:
+      - name: api
+        repository: {{reg}}/acme/api
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: web, container: app}
+          - {kind: Deployment, namespace: {{ns}}, name: worker, container: app}
+`)
+	e.pinAll(cfg)
+	if e.image("web", "app") != tag+"@"+first || e.image("worker", "app") != tag+"@"+first {
+		t.Fatalf("precondition: not pinned to %s: web %s, worker %s", first, e.image("web", "app"), e.image("worker", "app"))
+	}
+	hist := map[string]*deployHistory{"web": e.watchDeployment("web"), "worker": e.watchDeployment("worker")}
+
+	fast := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	slow := e.startRun(cfg, "--poll-interval", "6s", "--poll-jitter", "0")
+	for _, c := range []*runningController{fast, slow} {
+		eventually(t, 30*time.Second, "controller ready", func() bool {
+			code, _ := get("http://" + c.health + "/readyz")
+			return code == 200
+		})
+	}
+	time.Sleep(time.Second)
+
+	state := func() map[string]string { return e.stateOf("web") }
+	converged := func(digest string) func() bool {
+		return func() bool {
+			s := state()
+			return e.image("web", "app") == tag+"@"+digest && e.image("worker", "app") == tag+"@"+digest &&
+				s[e.key("last-refreshed-api-digest")] == digest && s[e.key("refresh-attempt")] == "" && s[e.key("refresh-attempt-holder")] == ""
+		}
+	}
+	maxAttempt := 0
+	watchAttempt := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if n := atoiOr0(state()[e.key("refresh-attempt")]); n > maxAttempt {
+				maxAttempt = n
+			}
+		}
+	}
+
+	// 1. The registry moves the tag: one rollout to the new digest.
+	next := e.push("api", "prod")
+	start := time.Now()
+	took := eventually(t, 90*time.Second, "both targets on the new digest, recorded, attempt cleared", func() bool {
+		if n := atoiOr0(state()[e.key("refresh-attempt")]); n > maxAttempt {
+			maxAttempt = n
+		}
+		return converged(next)()
+	})
+	watchAttempt(8 * time.Second) // the slow poller's stale answer has had its chance
+	if !converged(next)() {
+		t.Fatalf("after the digest change the group did not stay converged: %v, web %s, worker %s", state(), e.image("web", "app"), e.image("worker", "app"))
+	}
+	t.Logf("digest change: converged %s after the push (both instances running)", took.Round(100*time.Millisecond))
+
+	// 2. A re-render reverts web to the tag: re-pinned once.
+	e.setImageAs("helm", "Deployment", "web", "app", tag)
+	took = eventually(t, 60*time.Second, "the revert re-pinned", converged(next))
+	watchAttempt(8 * time.Second)
+	if !converged(next)() {
+		t.Fatalf("after the revert the group did not stay converged: %v", state())
+	}
+	t.Logf("revert: re-pinned in %s; whole scenario %s", took.Round(100*time.Millisecond), time.Since(start).Round(time.Second))
+
+	wantTrail := map[string][]string{
+		"web":    {tag + "@" + first, tag + "@" + next, tag, tag + "@" + next},
+		"worker": {tag + "@" + first, tag + "@" + next},
+	}
+	for name, h := range hist {
+		if got := imageTrail(tag+"@"+first, h.take(), "app"); !slices.Equal(got, wantTrail[name]) {
+			t.Errorf("%s's image went %v, want %v: every change rolls once", name, got, wantTrail[name])
+		}
+	}
+	if maxAttempt > 1 {
+		t.Errorf("refresh-attempt reached %d: the instances stacked attempts on one rollout", maxAttempt)
+	}
+	for name, c := range map[string]*runningController{"fast": fast, "slow": slow} {
+		logs := c.Logs()
+		for _, bad := range []string{"level=ERROR", "LOCKED OUT"} {
+			if strings.Contains(logs, bad) {
+				t.Errorf("the %s instance logged %s:\n%s", name, bad, logs)
+			}
+		}
+	}
+	if a := state(); a[ownerKey] != "" {
+		t.Errorf("unexpected owner key %v", a)
+	}
+}
+
+func atoiOr0(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// C3: a `run` whose poller is behind the registry (another process rolled
+// the new digest first: here a `tick`, with `run`'s poll interval 1 h)
+// sees targets on a digest newer than its answer. Before re-imaging a
+// target away from the digest it runs, the pass asks the registry again, so
+// it records the newer digest instead of rolling the group back.
+func TestCluster_C3_ARunBehindTheRegistryNeverRollsTheGroupBack(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(2))
+	e.settle("Deployment", "web")
+	cfg := e.config(cfWebGroup)
+	e.pinAll(cfg)
+	ctl := e.startRun(cfg, "--poll-interval", "1h")
+	eventually(t, 30*time.Second, "controller ready", func() bool {
+		code, _ := get("http://" + ctl.health + "/readyz")
+		return code == 200
+	})
+	time.Sleep(time.Second) // its first pass, on the first digest
+	hist := e.watchDeployment("web")
+
+	next := e.push("web", "prod")
+	if code, logs := e.tick(cfg); code != 0 || e.image("web", "web") != tag+"@"+next {
+		t.Fatalf("the tick did not roll the new digest: exit %d, web %s\n%s", code, e.image("web", "web"), logs)
+	}
+	time.Sleep(5 * time.Second) // the controller's passes on the tick's writes
+	if got, want := imageTrail(tag+"@"+first, hist.take(), "web"), []string{tag + "@" + first, tag + "@" + next}; !slices.Equal(got, want) {
+		t.Errorf("web's image went %v, want %v: the controller rolled the group back to its stale answer", got, want)
+	}
+	if got := e.stateOf("web")[e.key("last-refreshed-web-digest")]; got != next {
+		t.Errorf("record %q, want %s", got, next)
+	}
+	if lines := logLines(ctl.Logs(), "INFO", "the registry's answer changed since the last poll", next); len(lines) == 0 {
+		t.Errorf("the controller never asked the registry again before re-imaging away from %s:\n%s", next, ctl.Logs())
+	}
+}
+
+// R14, C3: a pass of `run` ends within the tick deadline, as a tick does,
+// however long rolloutTimeout is: that bounds how long another process
+// leaves a group alone under an attempt this one holds. The pass that ends
+// unsettled releases its holder (the attempt stays counted), so the next
+// pass of any process retries at once.
+func TestRun_R14_C3_APassEndsWithinTheTickDeadlineAndReleasesItsHolder(t *testing.T) {
+	const gate = "lb.acme.example/target-healthy"
+	e := newEnv(t)
+	e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
+		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4))
+	e.settle("Deployment", "web")
+	e.pinAll(e.config(cfWebGroup))
+	lb := e.startGateOwner("web", gate)
+	cfg := e.config("rolloutTimeout: 60s\ntickTimeout: 4s\n" + cfWebGroup)
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	eventually(t, 30*time.Second, "controller ready", func() bool {
+		code, _ := get("http://" + ctl.health + "/readyz")
+		return code == 200
+	})
+
+	// The same process retries at once after the release and writes a new
+	// holder within milliseconds, so the release is looked for among every
+	// stored version of the anchor, not by polling its current state.
+	hist := e.watchDeployment("web")
+	next := e.push("web", "prod")
+	lb.fail(next) // its pods run but never become Ready
+	attemptKey, holderKey := e.key("refresh-attempt"), e.key("refresh-attempt-holder")
+	var held, released deployVersion
+	eventually(t, 20*time.Second, "the re-image under attempt 1 with a holder", func() bool {
+		var ok bool
+		held, ok = hist.first(func(v deployVersion) bool {
+			return v.images["web"] == tag+"@"+next && v.annotations[attemptKey] == "1" && v.annotations[holderKey] != ""
+		})
+		return ok
+	})
+	eventually(t, 20*time.Second, "the pass ended at the tick deadline and released its holder", func() bool {
+		var ok bool
+		released, ok = hist.first(func(v deployVersion) bool {
+			return v.at.After(held.at) && v.annotations[holderKey] == ""
+		})
+		return ok
+	})
+	took := released.at.Sub(held.at)
+	t.Logf("holder released %s after the attempt was stored (tickTimeout 4s, rolloutTimeout 60s)", took.Round(100*time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("the pass held the attempt %s, past the 4 s tick deadline", took)
+	}
+	if got := released.annotations[attemptKey]; got != "1" {
+		t.Errorf("the release left refresh-attempt %q, want 1: it must drop only the holder, not end the attempt", got)
+	}
+	if got := e.stateOf("web")[attemptKey]; got == "" {
+		t.Errorf("the attempt was cleared although the rollout never settled")
+	}
+	if len(logLines(ctl.Logs(), "ERROR", "rollout not settled", "context deadline exceeded")) == 0 {
+		t.Errorf("no ERROR saying the rollout wait ended at the deadline:\n%s", ctl.Logs())
+	}
+}

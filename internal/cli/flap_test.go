@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// imageMoves counts the image changes of one container, starting on from,
+// across a watched Deployment's stored versions: the rollouts image-refresh
+// (or anyone) caused.
+func imageMoves(versions []deployVersion, container, from string) (moves int, seen []string) {
+	last := from
+	for _, v := range versions {
+		if img := v.images[container]; img != last {
+			moves++
+			seen = append(seen, img)
+			last = img
+		}
+	}
+	return moves, seen
+}
+
+// A registry whose tag flips between two digests before every tick: with
+// maxDigestChanges 2 the targets roll twice, then the image is held on its
+// recorded digest, loudly (exit 1, TagFlapping Event naming rearm, status
+// row "held"); a revert while held is re-pinned to the recorded digest (R7);
+// rearm ends the hold and the next tick rolls once more.
+func TestTick_R6_R15_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
+	e := newEnv(t)
+	a := e.seed()
+	cfg := e.config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + seedShape)
+	for range 2 {
+		if code, _ := e.tick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d", code)
+		}
+	}
+	b := e.push("api", "prod") // the tag now on b
+	proxy := e.watchDeployment("requests-proxy")
+	pinA, pinB := e.repo("api")+":prod@"+a, e.repo("api")+":prod@"+b
+
+	flipTo := func(d string) { e.reg.MustTag(t, "acme/api", "prod", d) }
+	type step struct {
+		tag       string // where the tag points before the tick
+		revert    bool   // a helm re-render reverts requests-proxy first
+		wantCode  int
+		wantImage string
+	}
+	steps := []step{
+		{b, false, 0, pinB}, // move 1: rolled
+		{a, false, 0, pinA}, // move 2: rolled
+		{b, false, 1, pinA}, // budget spent: held on a
+		{a, false, 0, pinA}, // the tag is back on the record: nothing to do
+		{b, true, 1, pinA},  // held, and a revert is re-pinned to the record
+		{a, false, 0, pinA}, // nothing to do
+		{b, false, 1, pinA}, // held
+	}
+	for i, s := range steps {
+		flipTo(s.tag)
+		if s.revert {
+			e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+		}
+		code, logs := e.tick(cfg)
+		if code != s.wantCode {
+			t.Fatalf("tick %d (tag on %s): exit %d, want %d", i+1, s.tag, code, s.wantCode)
+		}
+		for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
+			if got := e.image(w[0], w[1]); got != s.wantImage {
+				t.Fatalf("tick %d: %s on %s, want %s", i+1, w[0], got, s.wantImage)
+			}
+		}
+		if s.wantCode == 1 {
+			if len(logLines(logs, "WARN", "is flapping", "moved 2 times", "rearm --config")) == 0 {
+				t.Errorf("tick %d: no WARN naming the flap and the rearm command:\n%s", i+1, logs)
+			}
+			if rec := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; rec != a {
+				t.Errorf("tick %d: record %s while held, want %s", i+1, rec, a)
+			}
+		}
+	}
+	if !hasEvent(e.events("jobs-manager"), "TagFlapping", "rearm") {
+		t.Errorf("no TagFlapping event naming rearm on the anchor: %q", e.events("jobs-manager"))
+	}
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "held" || !strings.Contains(r["remediation"].(string), "rearm") {
+		t.Errorf("status row of requests-proxy = %v, want state held with the rearm remediation", r)
+	}
+	// The bound: 2 digest moves, plus the revert and its re-pin.
+	moves, seen := imageMoves(proxy.take(), "proxy", pinA)
+	if moves != 4 {
+		t.Errorf("requests-proxy's image moved %d times over 7 flips, want 4 (2 rolls, 1 revert, 1 re-pin): %v", moves, seen)
+	}
+
+	// rearm ends the hold: the next tick rolls to the tag's digest, once.
+	if code, out, logs := e.run("rearm", "--config", cfg, "--kubeconfig", e.kubeconfig, "--group", "control-plane"); code != 0 || !strings.Contains(out, e.key("digest-changes-api")) {
+		t.Fatalf("rearm exit %d, want 0 naming the cleared digest-changes key:\n%s\n%s", code, out, logs)
+	}
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick after rearm exit %d, want 0", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinB {
+		t.Errorf("after rearm requests-proxy on %s, want %s", got, pinB)
+	}
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 1 {
+		t.Errorf("after rearm requests-proxy moved %d times, want 1: %v", moves, seen)
+	}
+}

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/poller"
+	"github.com/image-refresh/image-refresh/internal/reconcile"
+	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// R1, C3: the controller's poller asks once per interval, so once a tick
+// (or another instance) has rolled and recorded a newer digest, the
+// poller's answer is older than the tag, and the GET that verifies a digest
+// before it is recorded serves the newer manifest. That is a stale HEAD,
+// not a registry that disagrees with itself: the pass asks again, and
+// neither reports an inconsistent digest nor rolls the group back. The pass
+// is `run`'s own (its Runner and its poller, wired as run.go wires them),
+// driven once so that nothing else decides which path it takes.
+func TestRun_R1_C3_AStalePollAnswerIsAskedAgainBeforeItIsCalledInconsistent(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1))
+	e.settle("Deployment", "web")
+	cfgPath := e.config(cfWebGroup)
+	e.pinAll(cfgPath)
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	c := &common{configPath: cfgPath, kubeconfig: e.kubeconfig}
+	r, err := c.runner(cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &poller.Poller{Interval: time.Hour, Resolve: func(ctx context.Context, img config.Image) (string, error) {
+		return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
+	}}
+	ctx := context.Background()
+	g, img := cfg.Groups[0], cfg.Groups[0].Images[0]
+	if res := p.Refresh(ctx, img); res.Err != nil || res.Digest != first {
+		t.Fatalf("the poller's first answer %+v, want %s", res, first)
+	}
+
+	next := e.push("web", "prod") // the poller, asking hourly, has not seen it
+	if code, out := e.tick(cfgPath); code != 0 || e.image("web", "web") != tag+"@"+next {
+		t.Fatalf("the tick did not roll the new digest: exit %d, web %s\n%s", code, e.image("web", "web"), out)
+	}
+	if stale := p.Latest(ctx, img, func() authn.Keychain { return nil }); stale.Digest != first {
+		t.Fatalf("precondition: the poller's answer is %s, want the stale %s", stale.Digest, first)
+	}
+
+	plan := r.Group(ctx, g, p, reconcile.GroupOptions{})
+	t.Logf("the pass:\n%s", logs.String())
+	for _, f := range plan.Findings {
+		if f.Severity == refresh.SeverityWarn || f.Severity == refresh.SeverityError || strings.Contains(f.Message, "inconsistent") {
+			t.Errorf("finding %s: %s", f.Severity, f.Message)
+		}
+	}
+	if got := e.image("web", "web"); got != tag+"@"+next {
+		t.Errorf("web runs %s after the pass, want %s: rolled back to the stale answer", got, tag+"@"+next)
+	}
+	if got := e.stateOf("web")[e.key("last-refreshed-web-digest")]; got != next {
+		t.Errorf("record %q, want %s", got, next)
+	}
+	if !strings.Contains(logs.String(), "the registry's answer changed since the last poll; verifying the new one") {
+		t.Errorf("the pass did not ask the registry again:\n%s", logs.String())
+	}
+	if now := p.Latest(ctx, img, func() authn.Keychain { return nil }); now.Digest != next {
+		t.Errorf("the poller keeps %s, want the fresh answer %s", now.Digest, next)
+	}
+}
