@@ -14,7 +14,7 @@ export GOTOOLCHAIN := go1.27.3
 LOCALCLUSTER := bin/localcluster
 FUZZTIME ?= 10s
 
-.PHONY: all build test vet vulncheck fuzz demo cluster-bin cluster-up cluster-down cluster-node-down cluster-node-up clean
+.PHONY: all build test vet vulncheck fuzz demo cluster-bin cluster-up cluster-down cluster-node-down cluster-node-up cluster-node-cache clean
 
 all: build
 
@@ -55,7 +55,7 @@ vulncheck:
 fuzz:
 	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" hack/fuzz.sh
 
-$(LOCALCLUSTER): $(shell find hack/localcluster internal/localcluster internal/testregistry -name '*.go' 2>/dev/null)
+$(LOCALCLUSTER): $(shell find hack/localcluster internal/localcluster internal/testregistry -name '*.go' -o -name '*.yaml' 2>/dev/null)
 	@$(GO) build -o $@ ./hack/localcluster
 
 # Prints exactly two lines: eval "$(make -s cluster-up)"
@@ -72,6 +72,13 @@ cluster-node-down: $(LOCALCLUSTER)
 cluster-node-up: $(LOCALCLUSTER)
 	@test -n "$(NODE)" || { echo "usage: make cluster-node-up NODE=node-3"; exit 2; }
 	@$(LOCALCLUSTER) node-up "$(RUN_DIR)" "$(NODE)"
+
+# Makes NODE's image cache say DIGEST for IMAGE (a stale :tag, as in the
+# seed's incident); new pods on NODE report it as their imageID. Without
+# IMAGE and DIGEST it prints NODE's cache.
+cluster-node-cache: $(LOCALCLUSTER)
+	@test -n "$(NODE)" || { echo "usage: make cluster-node-cache NODE=node-2 IMAGE=repo:tag DIGEST=sha256:..."; exit 2; }
+	@$(LOCALCLUSTER) node-cache "$(RUN_DIR)" "$(NODE)" $(if $(IMAGE),"$(IMAGE)" "$(DIGEST)")
 
 # Figures of `run` on a local cluster and registry of its own: revert → re-pin
 # latency, registry and API requests, passes over 1,000 workloads. About 17

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -27,7 +28,11 @@ const usage = `usage: localcluster <command> [args]
   up BINDIR RUNDIR      start the cluster and a loopback registry; print two export lines
   down RUNDIR           stop every process the cluster started
   node-down RUNDIR NODE make NODE NotReady (stops its kwok)
-  node-up RUNDIR NODE   make NODE Ready again
+  node-up RUNDIR NODE   make NODE Ready again (its pods are re-reported Ready)
+  node-cache RUNDIR NODE [IMAGE DIGEST]
+                        make NODE run DIGEST for IMAGE (repo:tag or repo@digest) from
+                        now on, e.g. a stale cached tag; without IMAGE print its cache
+  node-agent RUNDIR NODE    (internal) run NODE's image agent
   serve-registry ADDRFILE   (internal) serve the registry, write its address to ADDRFILE`
 
 func main() {
@@ -65,7 +70,7 @@ func run(ctx context.Context, args []string) error {
 		if err := need(2); err != nil {
 			return err
 		}
-		c, err := localcluster.Attach(args[1])
+		c, err := attach(args[1])
 		if err != nil {
 			return err
 		}
@@ -74,6 +79,38 @@ func run(ctx context.Context, args []string) error {
 			return c.NodeDown(ctx, args[2])
 		}
 		return c.NodeUp(ctx, args[2])
+	case "node-cache":
+		if len(args) != 3 && len(args) != 5 {
+			return fmt.Errorf("node-cache: wrong number of arguments\n%s", usage)
+		}
+		c, err := localcluster.Attach(args[1])
+		if err != nil {
+			return err
+		}
+		if len(args) == 5 {
+			if err := c.SetNodeImageCache(args[2], args[3], args[4]); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "localcluster: %s now runs %s for %s (new pods; running pods are unchanged)\n", args[2], args[4], args[3])
+		}
+		m, err := c.NodeImageCache(args[2])
+		if err != nil {
+			return err
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Printf("%s\t%s\n", k, m[k])
+		}
+		return nil
+	case "node-agent":
+		if err := need(2); err != nil {
+			return err
+		}
+		return localcluster.RunNodeAgent(ctx, args[1], args[2], os.Stderr)
 	case "serve-registry":
 		if err := need(1); err != nil {
 			return err
@@ -83,12 +120,38 @@ func run(ctx context.Context, args []string) error {
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }
 
+// attach loads the cluster of runDir. A node agent it (re)starts is a
+// process of this binary, also for a cluster whose agents were goroutines
+// of the process that started it (make demo KEEP=1).
+func attach(runDir string) (*localcluster.Cluster, error) {
+	c, err := localcluster.Attach(runDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.AgentCommand) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		c.AgentCommand = []string{self, "node-agent"}
+	}
+	return c, nil
+}
+
 func up(ctx context.Context, binDir, runDir string) error {
 	if c, err := localcluster.Attach(runDir); err == nil && len(c.Processes()) > 0 {
 		return fmt.Errorf("a cluster already runs from %s; stop it with `make cluster-down`", runDir)
 	}
 	_ = os.RemoveAll(runDir)
-	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, RunDir: runDir, Detach: true, Log: os.Stderr})
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c, err := localcluster.Start(ctx, localcluster.Options{
+		BinDir: binDir, RunDir: runDir, Detach: true, Log: os.Stderr,
+		// Each node's image agent outlives this command, as its kwok does.
+		AgentCommand: []string{self, "node-agent"},
+	})
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 // Package localcluster starts and stops a real Kubernetes control plane on
 // loopback — etcd, kube-apiserver (RBAC on), kube-controller-manager,
 // kube-scheduler — with fake nodes, each managed by its own kwok process so
-// that any one can be made NotReady for real (its heartbeat stops). Tests use
-// it from TestMain; `make cluster-up` uses it through hack/localcluster.
+// that any one can be made NotReady for real (its heartbeat stops), and by
+// its own image agent (agent.go), which keeps the node's image cache and
+// reports pods' image IDs as a kubelet does. Tests use it from TestMain;
+// `make cluster-up` uses it through hack/localcluster.
 //
 // The binaries come from hack/build-cluster.sh (a cache outside the repo).
 package localcluster
@@ -15,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +40,13 @@ type Options struct {
 	Detach bool
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+	// AgentCommand runs a node's image agent as a process of its own:
+	// the command and its first arguments, to which RunDir and the node
+	// name are appended (hack/localcluster: [self, "node-agent"]). Empty:
+	// each agent is a goroutine of this process, which is what tests want;
+	// with Detach the agents then end with this process, and the nodes
+	// start no new pod until NodeUp (`make cluster-node-up`) restarts them.
+	AgentCommand []string
 }
 
 // NodeLeaseSeconds is each fake node's lease; with the controller-manager's
@@ -52,10 +62,15 @@ type Cluster struct {
 	Procs      map[string]*process `json:"procs"`
 	NodeNames  []string            `json:"nodes"`
 	Detach     bool                `json:"detach"`
+	// AgentCommand is Options.AgentCommand.
+	AgentCommand []string `json:"agentCommand,omitempty"`
 
 	Config *rest.Config          `json:"-"`
 	Client *kubernetes.Clientset `json:"-"`
 	log    io.Writer
+
+	agentsMu sync.Mutex
+	agents   map[string]*agentRun // agents running in this process, by node
 }
 
 // Start brings a cluster up and returns once the API serves, the default
@@ -75,7 +90,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := os.MkdirAll(opts.RunDir, 0o755); err != nil {
 		return nil, err
 	}
-	c = &Cluster{RunDir: opts.RunDir, BinDir: opts.BinDir, Procs: map[string]*process{}, NodeNames: opts.Nodes, Detach: opts.Detach, log: opts.Log}
+	c = &Cluster{RunDir: opts.RunDir, BinDir: opts.BinDir, Procs: map[string]*process{}, NodeNames: opts.Nodes, Detach: opts.Detach, AgentCommand: opts.AgentCommand, log: opts.Log}
 	started := c // the returns below set c to nil
 	defer func() {
 		if err != nil {
@@ -162,7 +177,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		if err := c.createNode(ctx, n); err != nil {
 			return nil, err
 		}
-		if err := c.startKwok(n, i); err != nil {
+		if err := c.startNode(n, i); err != nil {
 			return nil, err
 		}
 	}
@@ -203,10 +218,19 @@ func Attach(runDir string) (*Cluster, error) {
 // SetLog sets where progress lines go.
 func (c *Cluster) SetLog(w io.Writer) { c.log = w }
 
-// Stop stops every process the cluster started, kwok first and etcd last.
+// Stop stops every process the cluster started, the nodes (kwok, image
+// agents) first and etcd last.
 func (c *Cluster) Stop() error {
 	order := []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"}
 	var errs []error
+	c.agentsMu.Lock()
+	agents := c.agents
+	c.agents = nil
+	c.agentsMu.Unlock()
+	for _, run := range agents {
+		run.cancel()
+		<-run.done
+	}
 	for name, p := range c.Procs {
 		if !contains(order, name) {
 			errs = append(errs, p.stop(5*time.Second))
@@ -246,7 +270,12 @@ func (c *Cluster) save() error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(c.RunDir, "state.json"), b, 0o644)
+	// Replaced whole: a node agent starting meanwhile reads it (Attach).
+	tmp := filepath.Join(c.RunDir, "state.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(c.RunDir, "state.json"))
 }
 
 func (c *Cluster) logf(format string, args ...any) {

@@ -16,15 +16,14 @@ import (
 const nodeAnnotation = "kwok.x-k8s.io/node"
 
 // kwokStages are kwok's own Stage documents (shipped in its module, copied
-// next to the binary by hack/build-cluster.sh): node initialise, heartbeat
-// with a lease, and the pod lifecycle. kwok's "node-not-ready" chaos stage
-// is deliberately absent: new pods still go Ready under it, which is not
-// what a dead node does.
+// next to the binary by hack/build-cluster.sh) for the node: initialise and
+// heartbeat with a lease. kwok's "node-not-ready" chaos stage is
+// deliberately absent: new pods still go Ready under it, which is not what
+// a dead node does. The pod stages are the harness's own (podStages); the
+// pod-delete one is kwok's.
 var kwokStages = []string{
 	"node/fast/node-initialize.yaml",
 	"node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-	"pod/fast/pod-ready.yaml",
-	"pod/fast/pod-complete.yaml",
 	"pod/fast/pod-delete.yaml",
 }
 
@@ -72,7 +71,28 @@ func (c *Cluster) startKwok(name string, i int) error {
 	for _, s := range kwokStages {
 		args = append(args, "-c", filepath.Join(c.BinDir, "stage", s))
 	}
+	own, err := writeStages(c.RunDir)
+	if err != nil {
+		return err
+	}
+	for _, s := range own {
+		args = append(args, "-c", s)
+	}
 	return c.run("kwok-"+name, "kwok", args...)
+}
+
+// startNode starts what plays a node's kubelet: its image agent and its
+// kwok.
+func (c *Cluster) startNode(name string, i int) error {
+	if !c.agentAlive(name) {
+		if err := c.startAgent(name); err != nil {
+			return err
+		}
+	}
+	if !c.Procs["kwok-"+name].alive() {
+		return c.startKwok(name, i)
+	}
+	return nil
 }
 
 // AddNode creates one more fake node, with its own kwok process, and waits
@@ -85,7 +105,7 @@ func (c *Cluster) AddNode(ctx context.Context, name string) error {
 	if err := c.createNode(ctx, name); err != nil {
 		return err
 	}
-	if err := c.startKwok(name, len(c.NodeNames)-1); err != nil {
+	if err := c.startNode(name, len(c.NodeNames)-1); err != nil {
 		return err
 	}
 	return c.WaitNodeReady(ctx, name, true)
@@ -102,9 +122,10 @@ func (c *Cluster) NodeDown(ctx context.Context, name string) error {
 	return c.WaitNodeReady(ctx, name, false)
 }
 
-// StopNodeAgent stops the kwok process of a node and returns at once: the
-// node still reads Ready for the grace period, but nothing it is sent runs
-// any more — a node that dies in the middle of a rollout.
+// StopNodeAgent stops the kwok process and the image agent of a node and
+// returns at once: the node still reads Ready for the grace period, but
+// nothing it is sent runs any more — a node that dies in the middle of a
+// rollout.
 func (c *Cluster) StopNodeAgent(name string) error {
 	if _, err := c.nodeIndex(name); err != nil {
 		return err
@@ -115,19 +136,22 @@ func (c *Cluster) StopNodeAgent(name string) error {
 		}
 		delete(c.Procs, "kwok-"+name)
 	}
+	if err := c.stopAgent(name); err != nil {
+		return err
+	}
 	return c.save()
 }
 
-// NodeUp restarts the node's kwok process and waits until it is Ready.
+// NodeUp restarts the node's kwok process and image agent and waits until
+// it is Ready. Its pods are Ready again soon after (pod-ready-again), as a
+// kubelet re-reports them.
 func (c *Cluster) NodeUp(ctx context.Context, name string) error {
 	i, err := c.nodeIndex(name)
 	if err != nil {
 		return err
 	}
-	if !c.Procs["kwok-"+name].alive() {
-		if err := c.startKwok(name, i); err != nil {
-			return err
-		}
+	if err := c.startNode(name, i); err != nil {
+		return err
 	}
 	return c.WaitNodeReady(ctx, name, true)
 }
