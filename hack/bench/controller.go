@@ -226,6 +226,8 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
+	r.Workloads.SetCache(mgr.GetCache())
+	r.KeychainTTL = o.pollInterval
 	if err := c.SetupWithManager(mgr, o.workers); err != nil {
 		return nil, err
 	}

@@ -125,6 +125,7 @@ type gateOwner struct {
 	app, gate string
 	mu        sync.Mutex
 	unhealthy string // a digest; "" = every target healthy
+	onTag     bool   // pods on a bare tag (no digest) are unhealthy too
 	cancel    context.CancelFunc
 	done      chan struct{}
 }
@@ -145,12 +146,20 @@ func (g *gateOwner) fail(digest string) {
 	g.mu.Unlock()
 }
 
+// failOnTag makes the owner report pods whose image has no digest (a
+// revert to the bare tag) unhealthy.
+func (g *gateOwner) failOnTag() {
+	g.mu.Lock()
+	g.onTag = true
+	g.mu.Unlock()
+}
+
 func (g *gateOwner) loop(ctx context.Context) {
 	defer close(g.done)
 	pods := g.e.c.Client.CoreV1().Pods(g.e.ns)
 	for ctx.Err() == nil {
 		g.mu.Lock()
-		bad := g.unhealthy
+		bad, onTag := g.unhealthy, g.onTag
 		g.mu.Unlock()
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + g.app})
 		for i := 0; err == nil && i < len(list.Items); i++ {
@@ -159,7 +168,7 @@ func (g *gateOwner) loop(ctx context.Context) {
 				continue // not started by kwok yet: it would overwrite the gate
 			}
 			want, reason := corev1.ConditionTrue, "TargetHealthy"
-			if bad != "" && strings.HasSuffix(p.Spec.Containers[0].Image, "@"+bad) {
+			if img := p.Spec.Containers[0].Image; (bad != "" && strings.HasSuffix(img, "@"+bad)) || (onTag && !strings.Contains(img, "@")) {
 				want, reason = corev1.ConditionFalse, "TargetUnhealthy"
 			}
 			if podCondition(p, corev1.PodConditionType(g.gate)) == want && podCondition(p, corev1.PodReady) == want {
@@ -741,12 +750,12 @@ func TestCluster_C3_ARunBehindTheRegistryNeverRollsTheGroupBack(t *testing.T) {
 	}
 }
 
-// R14, C3: a pass of `run` ends within the tick deadline, as a tick does,
-// however long rolloutTimeout is: that bounds how long another process
-// leaves a group alone under an attempt this one holds. The pass that ends
-// unsettled releases its holder (the attempt stays counted), so the next
-// pass of any process retries at once.
-func TestRun_R14_C3_APassEndsWithinTheTickDeadlineAndReleasesItsHolder(t *testing.T) {
+// C6, R10, R14: a pass of `run` never waits for a rollout, and a rollout
+// that has not settled rolloutTimeout after its write counts as a failed
+// attempt, as in a tick: the deadline is the holder's time on the anchor,
+// so the passes in between (every second here) neither wait nor stack
+// attempts, and the last failed attempt locks the group out (R10).
+func TestRun_C6_R10_ARolloutNotSettledWithinRolloutTimeoutIsAFailedAttempt(t *testing.T) {
 	const gate = "lb.acme.example/target-healthy"
 	e := newEnv(t)
 	e.push("web", "prod")
@@ -756,47 +765,43 @@ func TestRun_R14_C3_APassEndsWithinTheTickDeadlineAndReleasesItsHolder(t *testin
 	e.settle("Deployment", "web")
 	e.pinAll(e.config(cfWebGroup))
 	lb := e.startGateOwner("web", gate)
-	cfg := e.config("rolloutTimeout: 60s\ntickTimeout: 4s\n" + cfWebGroup)
+	cfg := e.config("rolloutTimeout: 4s\nmaxRefreshAttempts: 2\n" + cfWebGroup)
 	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
-	eventually(t, 30*time.Second, "controller ready", func() bool {
-		code, _ := get("http://" + ctl.health + "/readyz")
-		return code == 200
-	})
+	ctl.waitReady(t)
 
-	// The same process retries at once after the release and writes a new
-	// holder within milliseconds, so the release is looked for among every
-	// stored version of the anchor, not by polling its current state.
 	hist := e.watchDeployment("web")
 	next := e.push("web", "prod")
 	lb.fail(next) // its pods run but never become Ready
-	attemptKey, holderKey := e.key("refresh-attempt"), e.key("refresh-attempt-holder")
-	var held, released deployVersion
-	eventually(t, 20*time.Second, "the re-image under attempt 1 with a holder", func() bool {
+	attemptKey, holderKey, flapKey := e.key("refresh-attempt"), e.key("refresh-attempt-holder"), e.key("refresh-flap-detected")
+	var held, second deployVersion
+	eventually(t, 60*time.Second, "the re-image under attempt 1 with a holder", func() bool {
 		var ok bool
 		held, ok = hist.first(func(v deployVersion) bool {
 			return v.images["web"] == tag+"@"+next && v.annotations[attemptKey] == "1" && v.annotations[holderKey] != ""
 		})
 		return ok
 	})
-	eventually(t, 20*time.Second, "the pass ended at the tick deadline and released its holder", func() bool {
+	eventually(t, 60*time.Second, "attempt 2 after attempt 1's deadline", func() bool {
 		var ok bool
-		released, ok = hist.first(func(v deployVersion) bool {
-			return v.at.After(held.at) && v.annotations[holderKey] == ""
-		})
+		second, ok = hist.first(func(v deployVersion) bool { return v.annotations[attemptKey] == "2" })
 		return ok
 	})
-	took := released.at.Sub(held.at)
-	t.Logf("holder released %s after the attempt was stored (tickTimeout 4s, rolloutTimeout 60s)", took.Round(100*time.Millisecond))
-	if took > 10*time.Second {
-		t.Errorf("the pass held the attempt %s, past the 4 s tick deadline", took)
+	took := second.at.Sub(held.at)
+	t.Logf("attempt 2 written %s after attempt 1 (rolloutTimeout 4s; passes every second in between)", took.Round(100*time.Millisecond))
+	if took < 3*time.Second { // holder times have whole seconds
+		t.Errorf("attempt 2 came %s after attempt 1, before its 4 s deadline", took)
 	}
-	if got := released.annotations[attemptKey]; got != "1" {
-		t.Errorf("the release left refresh-attempt %q, want 1: it must drop only the holder, not end the attempt", got)
+	if second.annotations[holderKey] == "" || second.annotations[holderKey] == held.annotations[holderKey] {
+		t.Errorf("attempt 2's holder %q, want a new one (a new deadline)", second.annotations[holderKey])
 	}
-	if got := e.stateOf("web")[attemptKey]; got == "" {
-		t.Errorf("the attempt was cleared although the rollout never settled")
+	eventually(t, 60*time.Second, "locked out after attempt 2's deadline", func() bool { return e.stateOf("web")[flapKey] == "2" })
+	if got := e.stateOf("web")[attemptKey]; got != "2" {
+		t.Errorf("refresh-attempt = %q after the lockout, want 2 (no attempt past maxRefreshAttempts)", got)
 	}
-	if len(logLines(ctl.Logs(), "ERROR", "rollout not settled", "context deadline exceeded")) == 0 {
-		t.Errorf("no ERROR saying the rollout wait ended at the deadline:\n%s", ctl.Logs())
+	if n := len(logLines(ctl.Logs(), "ERROR", "rollout not settled within rolloutTimeout 4s")); n != 2 {
+		t.Errorf("%d ERROR lines for a rollout past its deadline, want 2 (one per attempt):\n%s", n, ctl.Logs())
+	}
+	if len(logLines(ctl.Logs(), "WARN", "LOCKED OUT")) == 0 {
+		t.Errorf("no lockout WARN:\n%s", ctl.Logs())
 	}
 }

@@ -167,6 +167,14 @@ func (e *env) annotate(deploy string, kv map[string]*string) {
 // (e.g. field manager "helm"), and waits for the rollout.
 func (e *env) setImageAs(manager, kind, name, container, image string) {
 	e.t.Helper()
+	e.writeImageAs(manager, kind, name, container, image)
+	e.settle(kind, name)
+}
+
+// writeImageAs writes a container's image as setImageAs does, without
+// waiting for the rollout it starts.
+func (e *env) writeImageAs(manager, kind, name, container, image string) {
+	e.t.Helper()
 	patch := []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":%q}]}}}}`, container, image))
 	ctx := context.Background()
 	opts := metav1.PatchOptions{FieldManager: manager}
@@ -180,7 +188,6 @@ func (e *env) setImageAs(manager, kind, name, container, image string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.settle(kind, name)
 }
 
 func (e *env) settle(kind, name string) {

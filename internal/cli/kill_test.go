@@ -243,6 +243,25 @@ func (tp *tickProcess) wait(t *testing.T, timeout time.Duration) (int, string) {
 }
 
 // raceEnabled reports whether this test binary was built with -race.
+// leftAloneUntil reads, from a tick's log, until when it left another
+// instance's fresh attempt on a settled group alone (heldElsewhere's WARN,
+// "not finished yet": the 2 s write grace). An unsettled group is waited
+// for by settling, not by the clock.
+func leftAloneUntil(logs string) (time.Time, bool) {
+	const marker = "until that instance ends the attempt or "
+	i := strings.LastIndex(logs, marker)
+	if i < 0 || !strings.Contains(logs[:i], "not finished yet") {
+		return time.Time{}, false
+	}
+	rest := logs[i+len(marker):]
+	j := strings.Index(rest, " passes")
+	if j < 0 {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, rest[:j])
+	return t, err == nil
+}
+
 func raceEnabled() bool {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -587,7 +606,13 @@ func TestKill_R10_R11_SIGKILLAtEachStepOfATickConvergesWithoutAnExtraRollout(t *
 						t.Errorf("the restarted tick did not say it leaves the unsettled rollout of the killed tick's attempt alone:\n%s", logs)
 					}
 				}
-				// Ticks run back to back here instead of minutes apart.
+				// Ticks run back to back here instead of minutes apart, so
+				// a tick that left the killed tick's fresh holder alone is
+				// followed by the next once the holder's time is up, as a
+				// tick minutes later would be.
+				if until, ok := leftAloneUntil(logs); ok {
+					time.Sleep(time.Until(until) + 100*time.Millisecond)
+				}
 				_ = testenv.WaitSettled(context.Background(), e.c.Client, "Deployment", e.ns, "web", 60*time.Second)
 				_ = testenv.WaitSettled(context.Background(), e.c.Client, "DaemonSet", e.ns, "agent", 60*time.Second)
 			}

@@ -211,6 +211,10 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("start the controller manager: %w", err)
 	}
+	// Observation reads come from the informer cache; writes and the
+	// reads of the write path stay direct (C6 issue: no re-read per event).
+	r.Workloads.SetCache(mgr.GetCache())
+	r.KeychainTTL = o.pollInterval
 	if err := c.SetupWithManager(mgr, o.workers); err != nil {
 		return err
 	}

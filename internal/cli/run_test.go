@@ -123,11 +123,8 @@ func TestRun_C1_C4_RevertIsRepinnedWithinSecondsAndProbesAndMetricsServe(t *test
 	pinned := e.repo("api") + ":prod@" + digest
 
 	ctl := e.startRun(cfg, "--poll-interval", "1h")
-	eventually(t, 30*time.Second, "controller ready", func() bool {
-		code, _ := get("http://" + ctl.health + "/readyz")
-		return code == 200
-	})
-	time.Sleep(500 * time.Millisecond) // let the first pass finish
+	ctl.waitReady(t)
+	ctl.waitPasses(t, "control-plane", 0, 1) // the first pass finished
 	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
 	took := eventually(t, 10*time.Second, "revert re-pinned", func() bool { return e.image("requests-proxy", "proxy") == pinned })
 	t.Logf("revert re-pinned %s after the reverting write settled", took.Round(time.Millisecond))
@@ -185,13 +182,15 @@ func TestRun_C2_NewDigestReachesEveryTargetWithOneHeadPerInterval(t *testing.T) 
 	})
 	t.Logf("new digest reached all %d targets %s after the push", n, took.Round(time.Millisecond))
 
+	// One resync pass per interval, as one HEAD per interval: over three
+	// passes the registry sees about three HEADs, not one per target.
 	e.reg.ResetRequests()
-	time.Sleep(6100 * time.Millisecond) // three intervals of 2 s
+	from := ctl.passes(t, "fleet")
+	got := ctl.waitPasses(t, "fleet", from, 3) - from
 	heads := e.reg.Count("HEAD", "/acme/api/manifests/prod")
-	if heads < 2 || heads > 4 {
-		t.Errorf("%d manifest HEADs in three poll intervals for %d targets of one repo:tag, want about 3", heads, n)
+	if heads < 1 || heads > got+1 {
+		t.Errorf("%d manifest HEADs over %d resync passes for %d targets of one repo:tag, want one per interval", heads, got, n)
 	}
-	_ = ctl
 }
 
 func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
@@ -207,10 +206,13 @@ func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	})
 	b := e.startRun(cfg, elect...)
-	time.Sleep(2 * time.Second)
+	b.waitReady(t) // the standby's caches synced: it would act now if it could
 
 	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
 	eventually(t, 15*time.Second, "revert re-pinned by the leader", func() bool { return e.image("requests-proxy", "proxy") == pinned })
+	if a.passes(t, "control-plane") == 0 {
+		t.Fatal("the leader ran no pass")
+	}
 	if strings.Contains(b.Logs(), "re-pinned") || strings.Contains(b.Logs(), "is not on the pinned digest") {
 		t.Errorf("the standby replica acted:\n%s", b.Logs())
 	}
@@ -227,8 +229,11 @@ func TestRun_C5_AWriterThatRewritesEveryRepinIsLeftAloneAfterAFewRounds(t *testi
 	cfg := e.config(seedShape)
 	e.pinAll(cfg)
 	pinned := e.repo("api") + ":prod@" + digest
-	ctl := e.startRun(cfg, "--poll-interval", "1h", "--fight-max-repins", "3", "--fight-window", "1m")
-	time.Sleep(time.Second)
+	// A resync every 2 s: passes keep coming after the fight is reported,
+	// and the bound must hold over them.
+	ctl := e.startRun(cfg, "--poll-interval", "2s", "--poll-jitter", "0", "--fight-max-repins", "3", "--fight-window", "1m")
+	ctl.waitReady(t)
+	ctl.waitPasses(t, "control-plane", 0, 1)
 
 	// Another controller that puts the tag back right after every re-pin.
 	ctx, stop := context.WithCancel(context.Background())
@@ -251,9 +256,13 @@ func TestRun_C5_AWriterThatRewritesEveryRepinIsLeftAloneAfterAFewRounds(t *testi
 	eventually(t, 60*time.Second, "the fight is reported", func() bool {
 		return hasEvent(e.events("jobs-manager"), "ImageRewriteFight", "rogue-controller")
 	})
-	time.Sleep(3 * time.Second)
+	ctl.waitPasses(t, "control-plane", ctl.passes(t, "control-plane"), 3)
 	stop()
 	<-done
+	_, body := get("http://" + ctl.metrics + "/metrics")
+	if v, ok := metricValue(body, "image_refresh_rewrite_fights_total", map[string]string{"group": "control-plane", "writer": "rogue-controller"}); !ok || v == "0" {
+		t.Errorf("image_refresh_rewrite_fights_total{writer=rogue-controller} = %q (present %v), want > 0", v, ok)
+	}
 	repins := strings.Count(ctl.Logs(), "requests-proxy container proxy is not on the pinned digest")
 	if repins < 3 || repins > 4 {
 		t.Errorf("%d re-pins against a writer that rewrote %d times, want the bound (3)", repins, rewrites)
@@ -308,7 +317,7 @@ func TestRun_C5_AWebhookThatRewritesTheDigestIsBoundedAndReported(t *testing.T) 
 	eventually(t, 60*time.Second, "an ImageRewriteFight event", func() bool {
 		return hasEvent(e.events("jobs-manager"), "ImageRewriteFight", "rewrites image references")
 	})
-	time.Sleep(4 * time.Second) // four more intervals: the bound must hold
+	ctl.waitPasses(t, "control-plane", ctl.passes(t, "control-plane"), 4) // four more passes: the bound must hold
 	writes := strings.Count(ctl.Logs(), "was written as "+e.repo("api")+":prod@"+digest)
 	if writes < 1 || writes > 3 {
 		t.Errorf("%d re-pin writes against a digest-rewriting webhook, want at most --fight-max-repins (3)", writes)
@@ -333,7 +342,8 @@ func TestRun_R7_AMirrorWebhookCausesNoFight(t *testing.T) {
 	}
 	rv := e.deployment("requests-proxy").ResourceVersion
 	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
-	time.Sleep(5 * time.Second)
+	ctl.waitReady(t)
+	ctl.waitPasses(t, "control-plane", 0, 4) // four passes that could have fought
 	if got := e.deployment("requests-proxy").ResourceVersion; got != rv {
 		t.Errorf("a prefix-only rewrite was fought: requests-proxy written (rv %s -> %s)", rv, got)
 	}

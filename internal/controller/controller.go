@@ -8,10 +8,13 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -46,8 +49,15 @@ type Controller struct {
 
 	mu       sync.Mutex
 	queue    workqueue.TypedRateLimitingInterface[reconcile.Request]
-	reverted map[config.Workload]time.Time // when a write that changed images was observed
-	skipped  map[string]time.Time          // when a group's skip streak last counted
+	reverted map[config.Workload]revert // the last write that changed a workload's images
+	skipped  map[string]time.Time       // when a group's skip streak last counted
+	passes   atomic.Int64
+}
+
+// revert is a write that changed a workload's images, as the watch saw it.
+type revert struct {
+	seen time.Time // for image_refresh_revert_repin_seconds
+	refresh.Revert
 }
 
 // New builds a Controller for a validated config.
@@ -57,7 +67,7 @@ func New(r *irreconcile.Runner, p *poller.Poller, resync time.Duration, maxRound
 		Fights:   fights{MaxRounds: maxRounds, Window: window},
 		groups:   map[string]config.Group{},
 		byObject: map[types.NamespacedName][]string{},
-		reverted: map[config.Workload]time.Time{},
+		reverted: map[config.Workload]revert{},
 		skipped:  map[string]time.Time{},
 	}
 	for _, g := range r.Config.Groups {
@@ -102,7 +112,14 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 	})
 	b := ctrl.NewControllerManagedBy(mgr).Named("image-refresh").
 		// Several managers in one process (tests) register the same name.
-		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent, SkipNameValidation: ptrBool(true)})
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: maxConcurrent, SkipNameValidation: ptrBool(true),
+			// A pass ends within the tick deadline, as a tick does (R14):
+			// another process waits no longer than that for an attempt
+			// this one holds (C3).
+			ReconciliationTimeout: c.Runner.Config.EffectiveTickTimeout(),
+			RateLimiter:           failureBackoff(c.Resync),
+		})
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.DaemonSet{}, &appsv1.StatefulSet{}} {
 		kind := kindOf(obj)
 		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -125,6 +142,18 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 	return mgr.Add(leaderRunnable(c.Poller.Run))
 }
 
+// failureBackoff is the workqueue's rate limiter: a group whose pass
+// failed is retried after 0.5 s, doubling up to the resync interval (at
+// most 5 minutes), and all groups together at no more than 10 passes a
+// second after failures.
+func failureBackoff(resync time.Duration) workqueue.TypedRateLimiter[reconcile.Request] {
+	ceiling := min(max(resync, time.Second), 5*time.Minute)
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, ceiling),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
 func kindOf(obj client.Object) string {
 	switch obj.(type) {
 	case *appsv1.Deployment:
@@ -143,22 +172,26 @@ func (c *Controller) requestsFor(kind string, o client.Object) []reconcile.Reque
 	return reqs
 }
 
-// Reconcile runs one pass over one group, exactly as a tick does.
+// Reconcile runs one pass over one group through the same engine as a
+// tick, but never waits for a rollout (C6): it writes and returns, and the
+// rollout's completion arrives as a watch event. A pass that failed returns
+// its error, so the workqueue's rate limiter backs off; otherwise the group
+// is run again at the resync interval, or when its attempt in flight
+// reaches its deadline, whichever is first.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	g, ok := c.groups[req.Name]
 	if !ok {
 		return reconcile.Result{}, nil
 	}
+	defer c.passes.Add(1)
 	// R4's skip streak counts intervals, not watch events.
 	c.mu.Lock()
 	last, counted := c.skipped[g.Name]
 	c.mu.Unlock()
 	uncounted := counted && time.Since(last) < c.Resync*9/10
-	// A pass ends within the tick deadline, as a tick does (R14): another
-	// process waits no longer than that for an attempt this one holds (C3).
-	ctx, cancel := context.WithTimeout(ctx, c.Runner.Config.EffectiveTickTimeout())
-	defer cancel()
-	plan := c.Runner.Group(ctx, g, c.Poller, irreconcile.GroupOptions{Fights: c.Fights.active(time.Now()), SkipUncounted: uncounted})
+	plan := c.Runner.Group(ctx, g, c.Poller, irreconcile.GroupOptions{
+		Fights: c.Fights.active(time.Now()), SkipUncounted: uncounted, NoWait: true, Reverted: c.reverts(g),
+	})
 	if _, wrote := plan.Bookkeeping.Set[state.Keys{Prefix: c.Runner.Config.AnnotationPrefix}.SkipStreak()]; wrote {
 		c.mu.Lock()
 		c.skipped[g.Name] = time.Now()
@@ -166,10 +199,37 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	for _, f := range plan.Findings {
 		if f.Reason == refresh.ReasonRewriteFight && c.Runner.Metrics != nil && f.Target != nil {
-			c.Runner.Metrics.Fights.WithLabelValues(g.Name, f.Image, writerOf(f.Message)).Inc()
+			c.Runner.Metrics.Fights.WithLabelValues(g.Name, f.Image, orUnknown(f.Writer)).Inc()
 		}
 	}
-	return reconcile.Result{RequeueAfter: c.Resync}, nil
+	if plan.Failed != nil {
+		return reconcile.Result{}, fmt.Errorf("group %s: %w", g.Name, plan.Failed)
+	}
+	after := c.Resync
+	if !plan.WaitUntil.IsZero() {
+		after = min(after, max(time.Until(plan.WaitUntil), 0)+time.Second)
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// Passes counts the reconcile passes that completed, for tests and
+// benchmarks that must know a pass ran before they check what it did not do.
+func (c *Controller) Passes() int64 { return c.passes.Load() }
+
+// reverts returns the writes seen on g's workloads (C6).
+func (c *Controller) reverts(g config.Group) map[config.Workload]refresh.Revert {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out map[config.Workload]refresh.Revert
+	for _, w := range g.Workloads() {
+		if rv, ok := c.reverted[w]; ok && rv.BeforeSettled {
+			if out == nil {
+				out = map[config.Workload]refresh.Revert{}
+			}
+			out[w] = rv.Revert
+		}
+	}
+	return out
 }
 
 // registryChanged enqueues every group that uses repository:tag key.
@@ -190,12 +250,15 @@ func (c *Controller) registryChanged(key string) {
 	}
 }
 
-// observedRevert stamps when a write that changed a workload's images was
-// seen, for image_refresh_revert_repin_seconds.
-func (c *Controller) observedRevert(o client.Object) {
-	w := config.Workload{Kind: config.Kind(kindOf(o)), Namespace: o.GetNamespace(), Name: o.GetName()}
+// observedRevert keeps a write that changed a workload's images: when it
+// was seen, for image_refresh_revert_repin_seconds, and the object before
+// and after it, for C6. image-refresh's own writes are not reverts.
+func (c *Controller) observedRevert(oldObj, newObj client.Object) {
+	w := config.Workload{Kind: config.Kind(kindOf(newObj)), Namespace: newObj.GetNamespace(), Name: newObj.GetName()}
+	rv := revert{seen: time.Now(), Revert: refresh.Revert{Before: images(oldObj), After: images(newObj)}}
+	rv.BeforeSettled = settled(oldObj) && !ownWrite(oldObj, newObj)
 	c.mu.Lock()
-	c.reverted[w] = time.Now()
+	c.reverted[w] = rv
 	c.mu.Unlock()
 }
 
@@ -203,7 +266,7 @@ func (c *Controller) observedRevert(o client.Object) {
 func (c *Controller) repinned(group string, wc refresh.WorkloadChange) {
 	now := time.Now()
 	c.mu.Lock()
-	seen, ok := c.reverted[wc.Workload]
+	rv, ok := c.reverted[wc.Workload]
 	delete(c.reverted, wc.Workload)
 	c.mu.Unlock()
 	for _, ic := range wc.Images {
@@ -213,7 +276,7 @@ func (c *Controller) repinned(group string, wc refresh.WorkloadChange) {
 		t := config.Target{Kind: wc.Workload.Kind, Namespace: wc.Workload.Namespace, Name: wc.Workload.Name, Container: ic.Container}
 		c.Fights.repinned(t, ic.WrittenBy(), now)
 		if ok && c.Runner.Metrics != nil {
-			c.Runner.Metrics.RevertRepin.Observe(now.Sub(seen).Seconds())
+			c.Runner.Metrics.RevertRepin.Observe(now.Sub(rv.seen).Seconds())
 		}
 	}
 }
@@ -222,15 +285,11 @@ func (c *Controller) isStateKey(k string) bool {
 	return strings.HasPrefix(k, c.Runner.Config.AnnotationPrefix+"/")
 }
 
-func writerOf(msg string) string {
-	const p = "the environment rewrites image references: "
-	if i := strings.Index(msg, p); i >= 0 {
-		rest := msg[i+len(p):]
-		if j := strings.Index(rest, " rewrote "); j >= 0 {
-			return rest[:j]
-		}
+func orUnknown(writer string) string {
+	if writer == "" {
+		return "unknown"
 	}
-	return "unknown"
+	return writer
 }
 
 func appendOnce(list []string, s string) []string {

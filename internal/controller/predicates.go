@@ -34,6 +34,33 @@ func settled(o client.Object) bool {
 	return false
 }
 
+// images maps container name → image of a workload's pod template.
+func images(o client.Object) map[string]string {
+	spec := podSpec(o)
+	if spec == nil {
+		return nil
+	}
+	out := make(map[string]string, len(spec.Containers))
+	for _, c := range spec.Containers {
+		out[c.Name] = c.Image
+	}
+	return out
+}
+
+// ownWrite reports whether image-refresh wrote every image that changed
+// from oldObj to newObj (the field manager of .image, R17): its re-pins and
+// digest changes, which are not reverts (C6).
+func ownWrite(oldObj, newObj client.Object) bool {
+	before := images(oldObj)
+	managers := workload.ImageManagers(newObj.GetManagedFields())
+	for name, img := range images(newObj) {
+		if before[name] != img && managers[name] != workload.FieldManager {
+			return false
+		}
+	}
+	return true
+}
+
 func imagesChanged(oldObj, newObj client.Object) bool {
 	o, n := podSpec(oldObj), podSpec(newObj)
 	if o == nil || n == nil || len(o.Containers) != len(n.Containers) {
@@ -57,7 +84,7 @@ func imagesChanged(oldObj, newObj client.Object) bool {
 func (c *Controller) interesting(e event.UpdateEvent) bool {
 	switch {
 	case imagesChanged(e.ObjectOld, e.ObjectNew):
-		c.observedRevert(e.ObjectNew)
+		c.observedRevert(e.ObjectOld, e.ObjectNew)
 		return true
 	case !settled(e.ObjectOld) && settled(e.ObjectNew):
 		return true

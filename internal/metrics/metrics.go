@@ -20,6 +20,7 @@ type Metrics struct {
 	RegistryRequests *prometheus.CounterVec
 	ReconcileErrors  *prometheus.CounterVec
 	LastTick         *prometheus.GaugeVec
+	Passes           *prometheus.CounterVec
 	RevertRepin      prometheus.Histogram
 	Fights           *prometheus.CounterVec
 	AdmissionPins    *prometheus.CounterVec
@@ -65,6 +66,10 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 			Name: "image_refresh_last_tick_timestamp_seconds",
 			Help: "Unix time of the group's last completed tick.",
 		}, []string{"group"}),
+		Passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "image_refresh_passes_total",
+			Help: "Completed passes over the group: one per tick; in run, one per reconcile (watch event, poll change, resync).",
+		}, []string{"group"}),
 	}
 	m.RevertRepin = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "image_refresh_revert_repin_seconds",
@@ -90,6 +95,7 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	m.RegistryRequests = register(reg, m.RegistryRequests)
 	m.ReconcileErrors = register(reg, m.ReconcileErrors)
 	m.LastTick = register(reg, m.LastTick)
+	m.Passes = register(reg, m.Passes)
 	m.RevertRepin = register(reg, m.RevertRepin)
 	m.Fights = register(reg, m.Fights)
 	m.AdmissionPins = register(reg, m.AdmissionPins)

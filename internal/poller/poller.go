@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"k8s.io/utils/clock"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -32,7 +33,9 @@ type Poller struct {
 	// OnChange is called with the key ("repository:tag") whose answer changed
 	// (a new digest, or a failure starting or ending).
 	OnChange func(key string)
-	Now      func() time.Time
+	// Clock schedules the polls; nil is the real clock (tests inject a
+	// fake one).
+	Clock clock.Clock
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -105,7 +108,7 @@ func (p *Poller) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(next)):
+		case <-p.clock().After(next.Sub(p.now())):
 		case <-p.wake:
 		}
 	}
@@ -211,9 +214,11 @@ func (p *Poller) backoff(failures int, err error) time.Duration {
 	return d
 }
 
-func (p *Poller) now() time.Time {
-	if p.Now != nil {
-		return p.Now()
+func (p *Poller) now() time.Time { return p.clock().Now() }
+
+func (p *Poller) clock() clock.Clock {
+	if p.Clock != nil {
+		return p.Clock
 	}
-	return time.Now()
+	return clock.RealClock{}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/registry"
 )
@@ -19,26 +21,61 @@ func img(repo, tag, name string) config.Image {
 	return config.Image{Name: name, Repository: repo, Tag: tag}
 }
 
+// fakeRun runs p.Run on a fake clock and returns a step
+// function: it advances the clock by d and returns once Run has done what
+// came due and waits again, so that every count after it is exact.
+func fakeRun(t *testing.T, p *Poller) func(d time.Duration) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
+	p.Clock = clk
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waiting := func() {
+		t.Helper()
+		for start := time.Now(); clk.Waiters() != 1; time.Sleep(time.Millisecond) {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("the poller is not waiting on its clock (%d waiters)", clk.Waiters())
+			}
+		}
+	}
+	waiting() // the first polls are done
+	return func(d time.Duration) {
+		t.Helper()
+		clk.Step(d)
+		waiting()
+	}
+}
+
 func TestPoller_C2_OneAskPerRepoTagPerInterval(t *testing.T) {
 	var calls sync.Map
-	p := &Poller{Interval: 100 * time.Millisecond, Resolve: func(_ context.Context, i config.Image) (string, error) {
+	count := func(key string) int32 {
+		v, ok := calls.Load(key)
+		if !ok {
+			return 0
+		}
+		return v.(*atomic.Int32).Load()
+	}
+	p := &Poller{Interval: time.Minute, Resolve: func(_ context.Context, i config.Image) (string, error) {
 		n, _ := calls.LoadOrStore(Key(i), new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 		return "sha256:" + string(make([]byte, 0)), nil
 	}}
 	// Three images, two sharing one repository:tag.
 	p.Add(img("r/a", "prod", "a1"), img("r/a", "prod", "a2"), img("r/b", "prod", "b"))
-	ctx, cancel := context.WithTimeout(context.Background(), 550*time.Millisecond)
-	defer cancel()
-	p.Run(ctx)
-	for _, key := range []string{"r/a:prod", "r/b:prod"} {
-		v, ok := calls.Load(key)
-		if !ok {
-			t.Fatalf("%s never polled", key)
+	step := fakeRun(t, p)
+	for i := int32(1); i <= 6; i++ {
+		for _, key := range []string{"r/a:prod", "r/b:prod"} {
+			if n := count(key); n != i {
+				t.Fatalf("interval %d: %s asked %d times, want %d (once per interval per repository:tag)", i, key, n, i)
+			}
 		}
-		if n := v.(*atomic.Int32).Load(); n < 5 || n > 7 {
-			t.Errorf("%s polled %d times in 5.5 intervals, want 6±1", key, n)
+		step(time.Minute - time.Second)
+		if n := count("r/a:prod"); n != i {
+			t.Fatalf("asked again %s before the interval ended", time.Minute-time.Second)
 		}
+		step(time.Second)
 	}
 }
 
@@ -49,11 +86,17 @@ func TestPoller_C2_BackoffHonoursRetryAfter(t *testing.T) {
 		return "", &registry.Error{Kind: registry.KindRateLimited, Status: 429, RetryAfter: 300 * time.Millisecond, Err: errors.New("429")}
 	}}
 	p.Add(img("r/a", "prod", "a"))
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	p.Run(ctx)
+	step := fakeRun(t, p)
+	if got := n.Load(); got != 1 {
+		t.Fatalf("%d asks at start, want 1", got)
+	}
+	step(10 * time.Millisecond) // the backoff alone would ask again now
+	if got := n.Load(); got != 1 {
+		t.Errorf("asked again after the 10 ms backoff; Retry-After 300 ms must win")
+	}
+	step(290 * time.Millisecond)
 	if got := n.Load(); got != 2 {
-		t.Errorf("%d asks in 500 ms with Retry-After 300 ms, want 2 (the backoff of 10 ms must yield to Retry-After)", got)
+		t.Errorf("%d asks once Retry-After passed, want 2", got)
 	}
 }
 
@@ -64,12 +107,20 @@ func TestPoller_C2_FailuresBackOffExponentially(t *testing.T) {
 		return "", errors.New("connection refused")
 	}}
 	p.Add(img("r/a", "prod", "a"))
-	ctx, cancel := context.WithTimeout(context.Background(), 330*time.Millisecond)
-	defer cancel()
-	p.Run(ctx)
-	// Asks at 0, 20, 60, 140, 300 ms: 5 (a fixed 20 ms retry would be ~16).
-	if got := n.Load(); got < 4 || got > 6 {
-		t.Errorf("%d asks in 330 ms with backoff from 20 ms, want about 5", got)
+	step := fakeRun(t, p)
+	// Asks at 0, 20, 60, 140, 300 ms: the delay doubles from 20 ms.
+	at := time.Duration(0)
+	for i, next := range []time.Duration{20, 60, 140, 300} {
+		next *= time.Millisecond
+		step(next - at - time.Millisecond)
+		if got := n.Load(); got != int32(i+1) {
+			t.Fatalf("%d asks 1 ms before %s, want %d", got, next, i+1)
+		}
+		step(time.Millisecond)
+		if got := n.Load(); got != int32(i+2) {
+			t.Fatalf("%d asks at %s, want %d", got, next, i+2)
+		}
+		at = next
 	}
 }
 

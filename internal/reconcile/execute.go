@@ -80,6 +80,17 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 		ended = true
 		return
 	}
+	if rp.Async {
+		// run (C6): the holder on the anchor times the rollout, and the
+		// pass that sees it settled confirms it; this worker is free.
+		ended = true
+		for i := range p.Rows {
+			if p.Rows[i].State == refresh.StateDrifted {
+				p.Rows[i].State, p.Rows[i].Message = refresh.StateNotSettled, "re-pinned this pass; the rollout is in progress"
+			}
+		}
+		return
+	}
 	for _, w := range rp.Wait {
 		st, err := r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
 		if err != nil || !st.Settled {
@@ -108,6 +119,12 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	ended = true
 	if !rp.RecordWrite.Empty() {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
+			if errors.Is(err, workload.ErrChanged) {
+				// C3: another process's pass saw the attempt cleared and
+				// recorded what every target runs first.
+				r.lostRace(p, err, "the digest records are another process's")
+				return
+			}
 			r.fail(p, "record the rolled-out digests on %s: %v", p.Anchor, err)
 			return
 		}
@@ -119,7 +136,7 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	}
 	if rp.Unfinished {
 		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityInfo,
-			Message: fmt.Sprintf("the earlier rollout of group %s settled; attempt counter cleared", p.Group)})
+			Message: fmt.Sprintf("the rollout of group %s under attempt %d settled; attempt counter cleared", p.Group, rp.Attempt)})
 	}
 }
 
@@ -200,6 +217,7 @@ func (r *Runner) release(ctx context.Context, p *refresh.Plan, anchor workload.R
 }
 
 func (r *Runner) fail(p *refresh.Plan, format string, args ...any) {
+	p.Failed = errors.Join(p.Failed, fmt.Errorf(format, args...))
 	p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityError, Reason: refresh.ReasonRefreshError,
 		NeedsHuman: true, Message: fmt.Sprintf(format, args...)})
 }

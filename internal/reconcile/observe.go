@@ -40,15 +40,19 @@ type Runner struct {
 	// OnRepin, if set, is called right after a workload's re-pin write
 	// landed (the controller measures revert → re-pin latency with it).
 	OnRepin func(group string, wc refresh.WorkloadChange)
+	// KeychainTTL bounds how long the pull secrets read for an image are
+	// reused, so that a rotated secret is picked up (the controller sets
+	// its poll interval); 0 means defaultKeychainTTL.
+	KeychainTTL time.Duration
 
 	mu        sync.Mutex
 	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
 	verified  map[string]string         // repository:tag → the digest verify last proved
 }
 
-// keychainTTL bounds how long a pull-secret keychain is reused, so that a
-// rotated secret is picked up.
-const keychainTTL = 10 * time.Minute
+// defaultKeychainTTL bounds how long a pull-secret keychain is reused when
+// KeychainTTL is not set.
+const defaultKeychainTTL = 10 * time.Minute
 
 type cachedKeychain struct {
 	kc authn.Keychain
@@ -210,12 +214,16 @@ func (r *Runner) verify(ctx context.Context, img config.Image, digest string, kc
 // poller, which has no snapshot at hand: from the pull secrets the last
 // pass saw on the image's targets, or, before any pass, by reading them.
 // Reading every target on every poll would cost one API read per target per
-// interval (C2).
+// interval (C2); in `run` the targets come from the informer cache.
 func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keychain {
 	r.mu.Lock()
 	cached, ok := r.keychains[img.Repository+":"+img.Tag+"/"+img.Name]
 	r.mu.Unlock()
-	if ok && time.Since(cached.at) < keychainTTL {
+	ttl := r.KeychainTTL
+	if ttl <= 0 {
+		ttl = defaultKeychainTTL
+	}
+	if ok && time.Since(cached.at) < ttl {
 		return cached.kc
 	}
 	objs := map[config.Workload]*workload.Object{}
@@ -223,7 +231,7 @@ func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keycha
 		if _, ok := objs[t.Workload()]; ok {
 			continue
 		}
-		if obj, err := r.Workloads.Get(ctx, ref(t.Workload())); err == nil {
+		if obj, err := r.Workloads.Cached(ctx, ref(t.Workload())); err == nil {
 			objs[t.Workload()] = obj
 		}
 	}

@@ -52,6 +52,10 @@ type GroupOptions struct {
 	Fights map[config.Target]string
 	// SkipUncounted: see refresh.Observation.SkipUncounted.
 	SkipUncounted bool
+	// NoWait: see refresh.Settings.NoWait (the controller).
+	NoWait bool
+	// Reverted: see refresh.Observation.Reverted (C6).
+	Reverted map[config.Workload]refresh.Revert
 }
 
 // Group runs one reconcile pass over one group: observe, decide, execute
@@ -59,10 +63,12 @@ type GroupOptions struct {
 func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts GroupOptions) *refresh.Plan {
 	settings := refresh.SettingsFrom(r.Config, r.ConfigPath)
 	settings.Instance = r.Instance
+	settings.NoWait = opts.NoWait
 	decide := func() (Snapshot, *refresh.Plan) {
 		snap := r.Observe(ctx, g, latest)
 		snap.Observation.Fights = opts.Fights
 		snap.Observation.SkipUncounted = opts.SkipUncounted
+		snap.Observation.Reverted = opts.Reverted
 		return snap, refresh.Decide(settings, snap.Observation)
 	}
 	snap, plan := decide()
@@ -187,6 +193,7 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 		m.TargetOnDigest.WithLabelValues(p.Group, row.Image, t.Namespace, t.Name, t.Container).Set(on)
 	}
 	m.LastTick.WithLabelValues(p.Group).Set(float64(time.Now().Unix()))
+	m.Passes.WithLabelValues(p.Group).Inc()
 }
 
 func (r *Runner) event(ctx context.Context, obj *workload.Object, typ, reason, msg string) {

@@ -115,11 +115,52 @@ func (d *decision) readWorkloads() (blocked bool, notSettled []string) {
 			d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, NeedsHuman: true,
 				Message:     fmt.Sprintf("read %s%s: %v", w, d.targetsOf(w), st.Err),
 				Remediation: "the workload must exist and image-refresh must be allowed to get it: fix the config or the RBAC"})
-		case !st.Settled:
+		case !st.Settled && !d.superseded(w, st):
 			notSettled = append(notSettled, fmt.Sprintf("%s: %s", w, st.Reason))
 		}
 	}
 	return blocked, notSettled
+}
+
+// superseded applies C6: w is unsettled only because of a write that took
+// it off its pin while it was settled on it (the object before the write
+// was settled and every refreshed container of it ran the recorded
+// digest), and nothing changed its images since. That rollout is the
+// revert's, not the cluster's: the re-pin supersedes it in this pass.
+func (d *decision) superseded(w config.Workload, st Workload) bool {
+	rev, ok := d.obs.Reverted[w]
+	if !ok || !rev.BeforeSettled || len(rev.After) != len(st.Containers) {
+		return false
+	}
+	for name, c := range st.Containers {
+		if img, ok := rev.After[name]; !ok || img != c.Image {
+			return false // written again since: not the revert that was seen
+		}
+	}
+	off := false
+	for _, img := range d.obs.Group.Images {
+		if img.PinnedDigest != "" {
+			continue // an operator pin is checked, never re-pinned (R2)
+		}
+		recorded, err := imageref.ParseDigest(d.ann[d.keys.Record(img.Name)])
+		for _, t := range img.Targets {
+			if t.Workload() != w {
+				continue
+			}
+			if err != nil || imageref.DigestOf(rev.Before[t.Container]) != recorded {
+				return false // it was not on its pin before the write
+			}
+			if imageref.DigestOf(st.Containers[t.Container].Image) != recorded {
+				off = true
+			}
+		}
+	}
+	if !off {
+		return false
+	}
+	d.find(Finding{Severity: SeverityInfo, Message: fmt.Sprintf(
+		"%s was taken off its pin while settled on it; re-pinning now instead of waiting for the rollout that write started (%s) (C6)", w, st.Reason)})
+	return true
 }
 
 // targetsOf names the targets on w, so an unreadable workload's message
@@ -253,7 +294,7 @@ func (d *decision) image(img config.Image) {
 			// C5: never fight another writer forever.
 			msg := fmt.Sprintf("the environment rewrites image references: %s rewrote %s right after each of the last re-pins; image-refresh leaves it alone", writer, t)
 			rem := fmt.Sprintf("stop %s from rewriting the image of this container (a mutating webhook or another controller), or remove the target from the config", writer)
-			d.find(Finding{Severity: SeverityWarn, Reason: ReasonRewriteFight, Image: img.Name, Target: &t, Message: msg, Remediation: rem, NeedsHuman: true})
+			d.find(Finding{Severity: SeverityWarn, Reason: ReasonRewriteFight, Image: img.Name, Target: &t, Message: msg, Remediation: rem, NeedsHuman: true, Writer: writer})
 			d.row(img, t, StateError, msg, rem)
 			continue
 		}
@@ -444,6 +485,19 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	if settled && d.p.SkipStreak > 0 {
 		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
 	}
+	if !blocked && d.s.NoWait && d.p.Attempts > 0 {
+		switch d.inFlight(settled, notSettled, locked) {
+		case rolloutRunning:
+			return
+		case rolloutSettled:
+			if locked {
+				// The last attempt settled within its deadline: confirm
+				// it, as a tick's wait would have; changes wait for the
+				// next pass, under a fresh attempt.
+				locked, d.order = false, nil
+			}
+		}
+	}
 	if locked {
 		d.p.LockedOut = true
 		attempt := strconv.Itoa(d.p.Attempts)
@@ -509,6 +563,9 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 		return
 	}
 	rp := &Repin{Wait: g.Workloads(), Unfinished: len(d.order) == 0}
+	if d.s.NoWait {
+		rp.Wait, rp.Async = nil, len(d.order) > 0 || !settled
+	}
 	next := strconv.Itoa(d.p.Attempts + 1)
 	holder := d.observedHolder()
 	if len(d.order) > 0 || !settled {
@@ -535,11 +592,73 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	for _, w := range d.order {
 		rp.Changes = append(rp.Changes, WorkloadChange{Workload: w, Images: d.changes[w]})
 	}
-	if rp.Unfinished {
+	if rp.Unfinished && !d.s.NoWait {
 		d.find(Finding{Severity: SeverityWarn, Message: fmt.Sprintf(
 			"an earlier re-image of group %s (attempt %d of %d) never confirmed settling; waiting for the rollout again", g.Name, d.p.Attempts, d.s.MaxAttempts)})
 	}
 	d.p.Repin = rp
+}
+
+// rolloutState is where the attempt of a NoWait pass stands.
+type rolloutState int
+
+const (
+	rolloutUnknown rolloutState = iota // no holder to time it by: R11 as in a tick
+	rolloutRunning                     // unsettled, within its deadline: nothing to do
+	rolloutSettled                     // settled within its deadline: confirm it
+	rolloutOverdue                     // this instance's attempt missed its deadline
+)
+
+// inFlight times the attempt in flight of a NoWait pass (C6: a worker never
+// waits for a rollout). The deadline is the holder's time plus
+// rolloutTimeout, on the anchor, so a restarted leader keeps it. An
+// unsettled group within it is left alone (no write, no skip, no WARN) and
+// the plan says when to look again; past it, this instance's attempt counts
+// as failed as in a tick, and the next attempt (R10) or the lockout
+// follows. Another instance's attempt is timed with the clock slack and,
+// past its deadline, left to heldElsewhere.
+func (d *decision) inFlight(settled bool, notSettled []string, locked bool) rolloutState {
+	v, ok := d.value(d.keys.Holder())
+	h, err := state.ParseHolder(v, ok)
+	if err != nil || !ok || d.s.RolloutTimeout <= 0 {
+		return rolloutUnknown
+	}
+	own := h.Instance == d.s.Instance
+	deadline := h.Since.Add(d.s.RolloutTimeout)
+	if !own {
+		deadline = deadline.Add(holderSlack)
+	}
+	within := d.now().Before(deadline)
+	switch {
+	case settled && within:
+		return rolloutSettled
+	case settled:
+		return rolloutUnknown
+	case within:
+		d.p.WaitUntil = deadline
+		msg := fmt.Sprintf("rolling out under attempt %d of %d (written %s by %s), not settled yet (%s); confirmed when it settles, counted as failed at %s",
+			d.p.Attempts, d.s.MaxAttempts, h.Since.UTC().Format(time.RFC3339), h.Instance, strings.Join(notSettled, "; "), deadline.UTC().Format(time.RFC3339))
+		for i := range d.p.Rows {
+			if r := &d.p.Rows[i]; r.State == StateDrifted || r.State == StatePinned {
+				r.State, r.Message, r.Remediation = StateNotSettled, msg, "none needed yet"
+			}
+		}
+		return rolloutRunning
+	case !own:
+		return rolloutUnknown
+	}
+	if v, ok := d.value(d.keys.Flap()); !locked || !ok || v != strconv.Itoa(d.p.Attempts) {
+		// Once: a locked group's marker says it was told.
+		next := "the next attempt waits for it again"
+		if locked {
+			next = "that was the last attempt"
+		}
+		d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, NeedsHuman: true,
+			Message: fmt.Sprintf("rollout not settled within rolloutTimeout %s of the write (%s); the digest record is unchanged and %s (attempt %d of %d)",
+				d.s.RolloutTimeout, strings.Join(notSettled, "; "), next, d.p.Attempts, d.s.MaxAttempts),
+			Remediation: "find why the rollout does not finish (kubectl rollout status)"})
+	}
+	return rolloutOverdue
 }
 
 // observedHolder is the attempt holder the anchor carries, or nil.

@@ -36,6 +36,13 @@ type Settings struct {
 	// HolderTTL is how long another process's attempt on an unsettled group
 	// is left alone: its pass ends by then (the tick deadline, R14).
 	HolderTTL time.Duration
+	// NoWait is `run`: a pass never waits for a rollout (C6). It writes the
+	// attempt and the images and returns; a later pass confirms the attempt
+	// once the group settled, or counts it as failed once RolloutTimeout
+	// passed since its write (the holder's time, on the anchor), as a
+	// tick's wait would.
+	NoWait         bool
+	RolloutTimeout time.Duration
 }
 
 // holderSlack covers clock skew between the machines two image-refresh
@@ -62,6 +69,7 @@ func SettingsFrom(cfg *config.Config, configPath string) Settings {
 		DigestChangeWindow: cfg.DigestChangeWindow,
 		Now:                time.Now,
 		HolderTTL:          cfg.EffectiveTickTimeout() + holderSlack,
+		RolloutTimeout:     cfg.RolloutTimeout,
 		RearmCommand: func(group string) string {
 			return fmt.Sprintf("image-refresh rearm --config %s --group %s", configPath, group)
 		},
@@ -89,6 +97,19 @@ type Observation struct {
 	// toward maxSkipTicks (R4): the controller reconciles on every watch
 	// event, and the streak counts intervals, as a tick's would.
 	SkipUncounted bool
+	// Reverted holds, per workload, the last write the controller saw
+	// change its images (C6): a revert made while the workload was settled
+	// on its pin is re-pinned without waiting for the rollout it started.
+	Reverted map[config.Workload]Revert
+}
+
+// Revert is one write that changed a workload's container images, as the
+// controller's watch saw it: the object before and after (C6).
+type Revert struct {
+	// BeforeSettled: the object before the write was settled.
+	BeforeSettled bool
+	// Before and After map container name → image.
+	Before, After map[string]string
 }
 
 // Workload is one workload as read.

@@ -1,6 +1,8 @@
 package refresh
 
 import (
+	"time"
+
 	"github.com/image-refresh/image-refresh/internal/config"
 )
 
@@ -24,6 +26,13 @@ type Plan struct {
 	LockedOut   bool
 	Attempts    int
 	SkipStreak  int
+	// WaitUntil, when set, is when the attempt in flight reaches its
+	// deadline (NoWait): the controller runs the group again then.
+	WaitUntil time.Time
+	// Failed holds what the executor could not do (a write the API server
+	// refused, a rollout that did not settle): the controller returns it to
+	// its workqueue, which backs off.
+	Failed error
 }
 
 // NeedsHuman reports whether any finding is not benign: one-shot mode then
@@ -83,6 +92,9 @@ type Repin struct {
 	Unfinished bool
 	// Attempt is the attempt number this repin runs under.
 	Attempt int
+	// Async: the executor writes the attempt and the images and returns;
+	// the rollout's completion is a later pass's to confirm (NoWait).
+	Async bool
 }
 
 // WorkloadChange is the one write to one workload.
@@ -147,6 +159,8 @@ type Finding struct {
 	Message     string
 	Remediation string
 	NeedsHuman  bool
+	// Writer names, for a fight (C5), the writer that rewrote the target.
+	Writer string
 }
 
 // State of one target in `status`.

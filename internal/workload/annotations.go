@@ -31,7 +31,8 @@ const conflictRetries = 5
 // On a Deployment the API server bumps metadata.generation for any
 // annotation change (the controller copies annotations to ReplicaSets), so
 // the anchor reads not settled (observedGeneration behind) until the
-// controller catches up, usually within milliseconds. No rollout starts.
+// controller catches up, usually within milliseconds. No rollout starts,
+// and GetObserved of this Client knows the bump for its own.
 func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map[string]*string) (*Object, error) {
 	if err := ref.validate(); err != nil {
 		return nil, err
@@ -60,6 +61,7 @@ func (c *Client) updateAnnotationsFrom(ctx context.Context, obj *Object, expect,
 		out, err := c.patch(ctx, ref, types.MergePatchType, data)
 		switch {
 		case err == nil:
+			c.bumped(obj, out)
 			return out, nil
 		case !apierrors.IsConflict(err):
 			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)

@@ -9,9 +9,11 @@ package workload
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // FieldManager is the field manager of every write (R17). In
@@ -46,6 +48,11 @@ var (
 type Client struct {
 	kube       kubernetes.Interface
 	apiTimeout time.Duration
+	cache      client.Reader // SetCache; nil: every read is a GET
+
+	mu      sync.Mutex
+	written map[Ref]ownWrite // the last object each write stored (Cached)
+	bumps   map[Ref][]int64  // generations own annotation writes caused
 }
 
 // New returns a Client whose every API call is bounded by apiTimeout (R14);

@@ -3,3 +3,12 @@ package workload
 // UpdateAnnotationsFrom exposes the compare-and-swap from a given snapshot,
 // so a test can start two writers from the very same read.
 var UpdateAnnotationsFrom = (*Client).updateAnnotationsFrom
+
+// Bumped and ExcuseOwnBumps expose the own-write generation bookkeeping.
+var (
+	Bumped         = (*Client).bumped
+	ExcuseOwnBumps = (*Client).excuseOwnBumps
+)
+
+// FromDeployment exposes the snapshot of a Deployment.
+var FromDeployment = fromDeployment

@@ -39,6 +39,14 @@ func (c *Client) read(ctx context.Context, ref Ref) (*Object, error) {
 
 // patch writes with FieldManager (R17) and returns the object as written.
 func (c *Client) patch(ctx context.Context, ref Ref, pt types.PatchType, data []byte) (*Object, error) {
+	out, err := c.patchKind(ctx, ref, pt, data)
+	if err == nil {
+		c.wrote(out)
+	}
+	return out, err
+}
+
+func (c *Client) patchKind(ctx context.Context, ref Ref, pt types.PatchType, data []byte) (*Object, error) {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	opts := metav1.PatchOptions{FieldManager: FieldManager}

@@ -84,3 +84,9 @@ func containersWithImage(raw []byte) []string {
 	}
 	return names
 }
+
+// ImageManagers maps container name → the field manager that owns its
+// image in these managedFields ("" when none does).
+func ImageManagers(entries []metav1.ManagedFieldsEntry) map[string]string {
+	return imageManagers(entries)
+}

@@ -69,15 +69,26 @@ func (c *Client) Get(ctx context.Context, ref Ref) (*Object, error) {
 // observeWithin bounds how long GetObserved waits for the controller.
 const observeWithin = 2 * time.Second
 
-// GetObserved reads a workload as Get does, and while its controller has
-// not yet observed the current generation, reads it again for up to 2 s.
-// image-refresh's own annotation writes bump a Deployment's generation; a
-// pass that reads the anchor right after one (another process's, or the
-// previous pass's) would otherwise take the group for unsettled and count a
-// skip streak it then has to clear: two writes for nothing (R4, R9).
+// GetObserved reads a workload for a pass's observation: from the cache
+// when one is set (SetCache), else as Get does. image-refresh's own
+// annotation writes bump a Deployment's generation; a generation that only
+// this client's own annotation writes moved is not unsettledness (the
+// status decides), and a pass that reads the anchor right after one would
+// otherwise take the group for unsettled and count a skip streak it then
+// has to clear: two writes for nothing (R4, R9). Without a cache, while
+// the controller has not observed another writer's generation, it reads
+// again for up to 2 s; with a cache it does not wait, as the controller's
+// status update arrives as a watch event and starts the next pass.
 func (c *Client) GetObserved(ctx context.Context, ref Ref) (*Object, error) {
-	obj, err := c.Get(ctx, ref)
-	for deadline := time.Now().Add(observeWithin); err == nil && obj.Settled.Unobserved && time.Now().Before(deadline); {
+	obj, err := c.Cached(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	c.excuseOwnBumps(obj)
+	if c.cache != nil {
+		return obj, nil
+	}
+	for deadline := time.Now().Add(observeWithin); obj.Settled.Unobserved && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return obj, nil
@@ -88,8 +99,9 @@ func (c *Client) GetObserved(ctx context.Context, ref Ref) (*Object, error) {
 			break // the first read stands; the next pass reads again
 		}
 		obj = again
+		c.excuseOwnBumps(obj)
 	}
-	return obj, err
+	return obj, nil
 }
 
 func newObject(kind string, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, settled Settledness) *Object {

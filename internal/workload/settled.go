@@ -13,12 +13,21 @@ type Settledness struct {
 	Reason  string
 	// Unobserved: the controller has not observed the current generation
 	// yet. An annotation write bumps a Deployment's generation too; the
-	// controller catches up within milliseconds (GetObserved waits for it).
-	Unobserved bool
+	// controller catches up within milliseconds (GetObserved waits for it,
+	// and excuses the generations image-refresh's own annotation writes
+	// caused).
+	Unobserved                     bool
+	ObservedGeneration, Generation int64
+	// OwnBumps: the controller had not observed the current generation,
+	// but only image-refresh's own annotation writes moved it; the status
+	// decided.
+	OwnBumps bool
+	status   *Settledness // what the status says, generation aside
 }
 
-func unobserved(observed, generation int64) Settledness {
-	return Settledness{Reason: fmt.Sprintf("observedGeneration %d < generation %d", observed, generation), Unobserved: true}
+func unobserved(observed, generation int64, status Settledness) Settledness {
+	return Settledness{Reason: fmt.Sprintf("observedGeneration %d < generation %d", observed, generation), Unobserved: true,
+		ObservedGeneration: observed, Generation: generation, status: &status}
 }
 
 func notSettled(format string, args ...any) Settledness {
@@ -29,14 +38,19 @@ func notSettled(format string, args ...any) Settledness {
 // replica runs the current template and is available, and no old replica
 // is left (the same test as `kubectl rollout status`).
 func DeploymentSettled(d *appsv1.Deployment) Settledness {
+	if s := d.Status; s.ObservedGeneration < d.Generation {
+		return unobserved(s.ObservedGeneration, d.Generation, deploymentStatus(d))
+	}
+	return deploymentStatus(d)
+}
+
+func deploymentStatus(d *appsv1.Deployment) Settledness {
 	want := int32(1)
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
 	}
 	s := d.Status
 	switch {
-	case s.ObservedGeneration < d.Generation:
-		return unobserved(s.ObservedGeneration, d.Generation)
 	case s.UpdatedReplicas < want:
 		return notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
 	case s.Replicas > s.UpdatedReplicas:
@@ -51,10 +65,15 @@ func DeploymentSettled(d *appsv1.Deployment) Settledness {
 // that is NotReady but still counted in desiredNumberScheduled (tolerations
 // Exists) keeps the DaemonSet unsettled — the seed's production case.
 func DaemonSetSettled(ds *appsv1.DaemonSet) Settledness {
+	if ds.Status.ObservedGeneration < ds.Generation {
+		return unobserved(ds.Status.ObservedGeneration, ds.Generation, daemonSetStatus(ds))
+	}
+	return daemonSetStatus(ds)
+}
+
+func daemonSetStatus(ds *appsv1.DaemonSet) Settledness {
 	s := ds.Status
 	switch {
-	case s.ObservedGeneration < ds.Generation:
-		return unobserved(s.ObservedGeneration, ds.Generation)
 	case s.UpdatedNumberScheduled < s.DesiredNumberScheduled:
 		return notSettled("%d of %d scheduled pods updated", s.UpdatedNumberScheduled, s.DesiredNumberScheduled)
 	case s.NumberAvailable < s.DesiredNumberScheduled:
@@ -65,14 +84,19 @@ func DaemonSetSettled(ds *appsv1.DaemonSet) Settledness {
 
 // StatefulSetSettled: every replica is on the update revision and ready.
 func StatefulSetSettled(st *appsv1.StatefulSet) Settledness {
+	if st.Status.ObservedGeneration < st.Generation {
+		return unobserved(st.Status.ObservedGeneration, st.Generation, statefulSetStatus(st))
+	}
+	return statefulSetStatus(st)
+}
+
+func statefulSetStatus(st *appsv1.StatefulSet) Settledness {
 	want := int32(1)
 	if st.Spec.Replicas != nil {
 		want = *st.Spec.Replicas
 	}
 	s := st.Status
 	switch {
-	case s.ObservedGeneration < st.Generation:
-		return unobserved(s.ObservedGeneration, st.Generation)
 	case s.UpdatedReplicas < want && st.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType:
 		return notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
 	case s.ReadyReplicas < want:

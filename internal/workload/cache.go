@@ -1,0 +1,155 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ownWriteFresh bounds how long a read after this client's own write
+// distrusts the cache: the informer delivers the write within milliseconds,
+// and a cache that still shows an older object after this long is current
+// and someone else wrote since.
+const ownWriteFresh = 10 * time.Second
+
+// maxOwnBumps bounds the generations remembered per workload.
+const maxOwnBumps = 16
+
+// ownWrite is the object a write of this client stored.
+type ownWrite struct {
+	resourceVersion string
+	at              time.Time
+}
+
+// SetCache makes Observe-side reads (GetObserved, Cached) come from r, the
+// controller manager's informer cache, instead of a GET per read (C6
+// issue: a steady state with nothing to change makes no API request).
+// Writes and the reads of the write path (the compare-and-swap's re-read,
+// the rewrite check) stay direct. Call it before the first read.
+func (c *Client) SetCache(r client.Reader) { c.cache = r }
+
+// Cached reads a workload from the cache when one is set, else as Get.
+// Right after this client's own write to it, while the cache does not show
+// that write yet, it reads directly, so that a pass never decides on the
+// object from before its own write.
+func (c *Client) Cached(ctx context.Context, ref Ref) (*Object, error) {
+	if err := ref.validate(); err != nil {
+		return nil, err
+	}
+	if c.cache == nil {
+		return c.Get(ctx, ref)
+	}
+	obj, err := c.readCache(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("read %s from the cache: %w", ref, err)
+	}
+	c.mu.Lock()
+	w, wrote := c.written[ref]
+	if wrote && (obj.ResourceVersion == w.resourceVersion || time.Since(w.at) > ownWriteFresh) {
+		delete(c.written, ref)
+		wrote = false
+	}
+	c.mu.Unlock()
+	if wrote {
+		return c.Get(ctx, ref)
+	}
+	return obj, nil
+}
+
+func (c *Client) readCache(ctx context.Context, ref Ref) (*Object, error) {
+	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
+	switch ref.Kind {
+	case KindDeployment:
+		var d appsv1.Deployment
+		if err := c.cache.Get(ctx, key, &d); err != nil {
+			return nil, err
+		}
+		return fromDeployment(&d), nil
+	case KindDaemonSet:
+		var ds appsv1.DaemonSet
+		if err := c.cache.Get(ctx, key, &ds); err != nil {
+			return nil, err
+		}
+		return fromDaemonSet(&ds), nil
+	default:
+		var st appsv1.StatefulSet
+		if err := c.cache.Get(ctx, key, &st); err != nil {
+			return nil, err
+		}
+		return fromStatefulSet(&st), nil
+	}
+}
+
+// wrote remembers the object a write of this client stored (Cached).
+func (c *Client) wrote(out *Object) {
+	if c.cache == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.written == nil {
+		c.written = map[Ref]ownWrite{}
+	}
+	c.written[out.Ref] = ownWrite{resourceVersion: out.ResourceVersion, at: time.Now()}
+}
+
+// bumped remembers that an annotation write of this client, from before to
+// after, moved metadata.generation: the API server does that on a
+// Deployment for any annotation change. The write carried before's
+// resourceVersion, so no other write is in between.
+func (c *Client) bumped(before, after *Object) {
+	if after.Generation <= before.Generation {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bumps == nil {
+		c.bumps = map[Ref][]int64{}
+	}
+	gens := c.bumps[after.Ref]
+	for g := before.Generation + 1; g <= after.Generation; g++ {
+		gens = append(gens, g)
+	}
+	if len(gens) > maxOwnBumps {
+		gens = gens[len(gens)-maxOwnBumps:]
+	}
+	c.bumps[after.Ref] = gens
+}
+
+// excuseOwnBumps re-evaluates an object whose controller has not observed
+// its current generation: when every generation it has not observed was
+// caused by this client's own annotation writes alone, nothing about the
+// pod template changed since the status was written, and the status
+// decides (issue: own writes are not unsettledness).
+func (c *Client) excuseOwnBumps(obj *Object) {
+	s := obj.Settled
+	if !s.Unobserved || s.status == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gens := c.bumps[obj.Ref]
+	own := map[int64]bool{}
+	var keep []int64
+	for _, g := range gens {
+		if g > s.ObservedGeneration {
+			own[g] = true
+			keep = append(keep, g)
+		}
+	}
+	if len(keep) == 0 {
+		delete(c.bumps, obj.Ref)
+	} else {
+		c.bumps[obj.Ref] = keep
+	}
+	for g := s.ObservedGeneration + 1; g <= s.Generation; g++ {
+		if !own[g] {
+			return
+		}
+	}
+	obj.Settled = *s.status
+	obj.Settled.OwnBumps = true
+}
