@@ -96,9 +96,11 @@ func TestRun_C6_ARevertOfASettledPinIsRepinnedWithoutWaitingForItsRollout(t *tes
 	e.writeImageAs("helm", "Deployment", "web", "web", tag)
 	took := eventually(t, 60*time.Second, "revert re-pinned", func() bool { return e.image("web", "web") == pinned })
 	t.Logf("revert re-pinned %s after the reverting write, its own rollout unfinished", took.Round(time.Millisecond))
-	if logs := ctl.Logs(); !strings.Contains(logs, "taken off its pin while settled on it") || !strings.Contains(logs, "(C6)") {
-		t.Errorf("no C6 line in the logs")
-	}
+	// The pass logs after its writes: wait for the line, do not race it.
+	eventually(t, 30*time.Second, "the C6 line in the logs", func() bool {
+		logs := ctl.Logs()
+		return strings.Contains(logs, "taken off its pin while settled on it") && strings.Contains(logs, "(C6)")
+	})
 	e.settle("Deployment", "web")
 	eventually(t, 60*time.Second, "the attempt confirmed and cleared by a later pass", func() bool {
 		_, has := e.annotations("web")[e.key("refresh-attempt")]
