@@ -12,17 +12,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/controller"
 	"github.com/image-refresh/image-refresh/internal/metrics"
-	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/registry"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -163,7 +158,7 @@ type bench struct {
 	runner *reconcile.Runner
 	cfg    *config.Config
 	api    *apiCounter
-	mgr    ctrl.Manager
+	mgr    *controller.Manager
 
 	cancel context.CancelFunc
 	done   chan error
@@ -184,7 +179,7 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	api := &apiCounter{byKey: map[string]int{}}
 	rc := rest.CopyConfig(w.cluster.Config)
 	rc.UserAgent = "image-refresh/bench"
-	rc.QPS, rc.Burst = 50, 100 // as run.go and the runner set them
+	rc.QPS, rc.Burst = 50, 100 // as the runner sets them (NewManager sets its own the same)
 	rc.WrapTransport = api.wrap
 
 	// The runner, as common.runner in internal/cli/root.go builds it.
@@ -203,35 +198,16 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
 		Instance: reconcile.InstanceName()}
 
-	// The poller, the controller and the manager, as run.go wires them.
-	p := &poller.Poller{
-		Interval: o.pollInterval, Jitter: o.pollJitter,
-		Resolve: func(ctx context.Context, img config.Image) (string, error) {
-			return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
-		},
-	}
-	c := controller.New(r, p, o.pollInterval, o.fightMaxRounds, 10*time.Minute)
-	namespaces := map[string]cache.Config{}
-	for _, ns := range controller.Namespaces(cfg) {
-		namespaces[ns] = cache.Config{}
-	}
-	grace := 10 * time.Second
-	mgr, err := ctrl.NewManager(rc, ctrl.Options{
-		Scheme:                  scheme.Scheme,
-		Cache:                   cache.Options{DefaultNamespaces: namespaces},
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:  "0",
-		GracefulShutdownTimeout: &grace,
+	// The manager, exactly as run.go builds it.
+	mgr, err := controller.NewManager(rc, r, controller.Options{
+		PollInterval: o.pollInterval, PollJitter: o.pollJitter, Workers: o.workers,
+		FightMaxRounds: o.fightMaxRounds, FightWindow: 10 * time.Minute,
+		MetricsAddr: "0", HealthAddr: "0",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
-	r.Workloads.SetCache(mgr.GetCache())
-	r.KeychainTTL = o.pollInterval
-	if err := c.SetupWithManager(mgr, o.workers); err != nil {
-		return nil, err
-	}
-	return &bench{ctl: c, runner: r, cfg: cfg, api: api, mgr: mgr}, nil
+	return &bench{ctl: mgr.Controller, runner: r, cfg: cfg, api: api, mgr: mgr}, nil
 }
 
 // start runs the manager until stop; it returns once the caches synced.

@@ -303,7 +303,10 @@ func TestInstall_C1_C3_ControllerRBAC(t *testing.T) {
 	kubeconfig, asSA := w.saKubeconfig(sa)
 	checkAccess(t, asSA, []access{
 		{"list", "apps", "deployments", w.ns, "", true},
-		{"watch", "apps", "statefulsets", w.ns, "", true},
+		{"watch", "apps", "deployments", w.ns, "", true},
+		{"watch", "apps", "statefulsets", w.ns, "", false}, // the config names no StatefulSet: not watched
+		{"create", "events.k8s.io", "events", w.ns, "", true},
+		{"patch", "events.k8s.io", "events", w.ns, "", true},
 		{"create", "coordination.k8s.io", "leases", w.releaseNS, "", true},
 		{"update", "coordination.k8s.io", "leases", w.releaseNS, "image-refresh", true},
 		{"update", "coordination.k8s.io", "leases", w.releaseNS, "someone-else", false},

@@ -29,17 +29,17 @@ type mode struct {
 	leaderElect   bool
 	webhook       bool
 	wantReplicas  int32
-	wantResources []string // apps resources the Roles grant list/watch on
+	wantResources []string // workload resources the Roles grant list/watch on: the kinds the config names
 }
 
 var modes = map[string]mode{
 	"cronjob runs tick on a schedule with get/patch by name only": {values: "cronjob"},
 	"controller runs one replica of run with list/watch added": {values: "controller", controller: true, wantReplicas: 1,
-		wantResources: []string{"deployments", "daemonsets", "statefulsets"}},
+		wantResources: []string{"daemonsets", "deployments", "statefulsets"}},
 	"controller with leader election runs two replicas and may hold its Lease": {values: "leader-election", controller: true, leaderElect: true, wantReplicas: 2,
-		wantResources: []string{"deployments", "daemonsets", "statefulsets"}},
+		wantResources: []string{"daemonsets", "deployments", "statefulsets"}},
 	"controller with the webhook serves it behind a fail-open MutatingWebhookConfiguration": {values: "webhook", controller: true, leaderElect: true, webhook: true, wantReplicas: 2,
-		wantResources: []string{"deployments", "daemonsets", "statefulsets"}},
+		wantResources: []string{"daemonsets", "deployments", "statefulsets", "cronjobs"}},
 }
 
 func TestChart_LintAndRenderEachMode(t *testing.T) {
@@ -109,20 +109,22 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 		}
 		got := map[string][]string{}
 		var listWatch []string
-		var events, secrets bool
+		var events, seriesEvents, secrets bool
 		for _, r := range rules {
 			switch {
-			case slices.Equal(r.APIGroups, []string{"apps"}) && slices.Equal(r.Verbs, []string{"get", "patch"}):
+			case workloadGroup(r.APIGroups) && slices.Equal(r.Verbs, []string{"get", "patch"}):
 				if len(r.Resources) != 1 || len(r.ResourceNames) == 0 {
 					t.Errorf("%s: get/patch rule not narrowed to one kind by resourceNames: %v", ns, fmtRules([]rbacv1.PolicyRule{r}))
 					continue
 				}
 				got[r.Resources[0]] = r.ResourceNames
-			case slices.Equal(r.APIGroups, []string{"apps"}) && slices.Equal(r.Verbs, []string{"list", "watch"}):
+			case workloadGroup(r.APIGroups) && slices.Equal(r.Verbs, []string{"list", "watch"}):
 				listWatch = append(listWatch, r.Resources...)
 				if len(r.ResourceNames) > 0 {
 					t.Errorf("%s: list/watch with resourceNames does not work for informers", ns)
 				}
+			case slices.Equal(r.APIGroups, []string{"events.k8s.io"}) && slices.Equal(r.Resources, []string{"events"}):
+				seriesEvents = slices.Equal(r.Verbs, []string{"create", "patch"})
 			case slices.Equal(r.Resources, []string{"events"}):
 				events = slices.Equal(r.Verbs, []string{"create", "get", "update"})
 			case slices.Equal(r.Resources, []string{"secrets"}):
@@ -145,6 +147,9 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 		}
 		if !events {
 			t.Errorf("%s: no events create/get/update rule%s", ns, fmtRules(rules))
+		}
+		if seriesEvents != md.controller {
+			t.Errorf("%s: events.k8s.io create/patch rule %v, want it in controller mode only%s", ns, seriesEvents, fmtRules(rules))
 		}
 		if !secrets {
 			t.Errorf("%s: no secrets rule although registryAuth.pullSecretsEnabled", ns)
@@ -360,9 +365,10 @@ func checkWebhook(t *testing.T, m *manifest, pod corev1.PodSpec) {
 	if w.ObjectSelector == nil || w.ObjectSelector.MatchLabels["image-refresh.io/managed"] != "true" {
 		t.Errorf("objectSelector %v, want image-refresh.io/managed=true", w.ObjectSelector)
 	}
-	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Resources, []string{"deployments", "daemonsets", "statefulsets"}) ||
-		len(w.Rules[0].Operations) != 2 {
-		t.Errorf("rules %+v, want CREATE and UPDATE of the three workload kinds", w.Rules)
+	if len(w.Rules) != 2 || !slices.Equal(w.Rules[0].APIGroups, []string{"apps"}) || !slices.Equal(w.Rules[0].Resources, []string{"daemonsets", "deployments", "statefulsets"}) ||
+		!slices.Equal(w.Rules[1].APIGroups, []string{"batch"}) || !slices.Equal(w.Rules[1].Resources, []string{"cronjobs"}) ||
+		len(w.Rules[0].Operations) != 2 || len(w.Rules[1].Operations) != 2 {
+		t.Errorf("rules %+v, want CREATE and UPDATE of the kinds the config names (apps and batch)", w.Rules)
 	}
 	ref := w.ClientConfig.Service
 	if ref == nil || ref.Name != svc.Name || ref.Namespace != releaseNS || ref.Port == nil || *ref.Port != svc.Spec.Ports[0].Port {
@@ -520,7 +526,7 @@ func TestChart_SchemaRejectsBadValues(t *testing.T) {
 			want:   []string{"/config/groups/0/images/0/targets/0/kind", "Deployment"},
 		},
 		"an anchor kind image-refresh cannot pin": {
-			values: group("anchor.kind", "CronJob"),
+			values: group("anchor.kind", "Job"),
 			want:   []string{"/config/groups/0/anchor/kind"},
 		},
 		"a tag with a digest (an operator pin goes in pinnedDigest)": {
@@ -691,4 +697,10 @@ func TestChart_DockerConfigAndDigest(t *testing.T) {
 		t.Errorf("DOCKER_CONFIG %q is not Secret regcred's %s mounted read-only as config.json", dir, corev1.DockerConfigJsonKey)
 	}
 	checkHardened(t, pod)
+}
+
+// workloadGroup reports whether a rule's API groups are those of workload
+// kinds (internal/workload's table: apps, batch).
+func workloadGroup(groups []string) bool {
+	return slices.Equal(groups, []string{"apps"}) || slices.Equal(groups, []string{"batch"})
 }

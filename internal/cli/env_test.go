@@ -176,6 +176,9 @@ func (e *env) setImageAs(manager, kind, name, container, image string) {
 func (e *env) writeImageAs(manager, kind, name, container, image string) {
 	e.t.Helper()
 	patch := []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":%q}]}}}}`, container, image))
+	if kind == "CronJob" {
+		patch = []byte(fmt.Sprintf(`{"spec":{"jobTemplate":{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":%q}]}}}}}}`, container, image))
+	}
 	ctx := context.Background()
 	opts := metav1.PatchOptions{FieldManager: manager}
 	var err error
@@ -184,6 +187,10 @@ func (e *env) writeImageAs(manager, kind, name, container, image string) {
 		_, err = e.c.Client.AppsV1().Deployments(e.ns).Patch(ctx, name, types.StrategicMergePatchType, patch, opts)
 	case "DaemonSet":
 		_, err = e.c.Client.AppsV1().DaemonSets(e.ns).Patch(ctx, name, types.StrategicMergePatchType, patch, opts)
+	case "CronJob":
+		_, err = e.c.Client.BatchV1().CronJobs(e.ns).Patch(ctx, name, types.StrategicMergePatchType, patch, opts)
+	default:
+		e.t.Fatalf("writeImageAs: kind %s", kind)
 	}
 	if err != nil {
 		e.t.Fatal(err)

@@ -1,33 +1,22 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/controller"
 	"github.com/image-refresh/image-refresh/internal/metrics"
-	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/webhook"
 )
 
@@ -180,63 +169,19 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	rc.QPS, rc.Burst = 50, 100
-	p := &poller.Poller{
-		Interval: o.pollInterval, Jitter: o.pollJitter,
-		Resolve: func(ctx context.Context, img config.Image) (string, error) {
-			return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
-		},
-	}
-	c := controller.New(r, p, o.pollInterval, o.fightMaxRounds, o.fightWindow)
-
-	namespaces := map[string]cache.Config{}
-	for _, ns := range controller.Namespaces(cfg) {
-		namespaces[ns] = cache.Config{}
-	}
-	renew, retry := o.leaseDuration*2/3, o.leaseDuration/5
-	mgr, err := ctrl.NewManager(rc, ctrl.Options{
-		Scheme:                        scheme.Scheme,
-		Cache:                         cache.Options{DefaultNamespaces: namespaces},
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:        o.healthAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              "image-refresh",
-		LeaderElectionNamespace:       o.leaderNS,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &o.leaseDuration,
-		RenewDeadline:                 &renew,
-		RetryPeriod:                   &retry,
-		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
+	mgr, err := controller.NewManager(rc, r, controller.Options{
+		PollInterval: o.pollInterval, PollJitter: o.pollJitter, Workers: o.workers,
+		FightMaxRounds: o.fightMaxRounds, FightWindow: o.fightWindow,
+		MetricsAddr: o.metricsAddr, HealthAddr: o.healthAddr,
+		LeaderElect: o.leaderElect, LeaderElectionNamespace: o.leaderNS, LeaseDuration: o.leaseDuration,
 	})
 	if err != nil {
-		return fmt.Errorf("start the controller manager: %w", err)
-	}
-	// Observation reads come from the informer cache; writes and the
-	// reads of the write path stay direct (C6 issue: no re-read per event).
-	r.Workloads.SetCache(mgr.GetCache())
-	r.KeychainTTL = o.pollInterval
-	if err := c.SetupWithManager(mgr, o.workers); err != nil {
-		return err
-	}
-	var synced atomic.Bool
-	if err := mgr.Add(cacheSynced{mgr: mgr, synced: &synced}); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	if o.webhook.port > 0 {
-		if err := o.webhook.setup(mgr, cfg, r.Kube, m, log, synced.Load); err != nil {
+		if err := o.webhook.setup(mgr, cfg, r.Kube, m, log, mgr.Synced); err != nil {
 			return err
 		}
-	}
-	if err := mgr.AddReadyzCheck("cache-synced", func(*http.Request) error {
-		if !synced.Load() {
-			return errors.New("informer caches not synced yet")
-		}
-		return nil
-	}); err != nil {
-		return err
 	}
 	log.Info("image-refresh controller starting", "version", Version, "groups", len(cfg.Groups),
 		"pollInterval", o.pollInterval.String(), "leaderElect", o.leaderElect, "webhookPort", o.webhook.port)
@@ -246,30 +191,3 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	log.Info("image-refresh controller stopped")
 	return nil
 }
-
-// cacheSynced flips synced once the informer caches have synced (/readyz).
-type cacheSynced struct {
-	mgr    ctrl.Manager
-	synced *atomic.Bool
-}
-
-// Start creates the informers of the three workload kinds on every replica
-// (the webhook reads anchors from them, and a standby takes over warm), so
-// that /readyz fails while list/watch is denied instead of passing before
-// any informer exists.
-func (c cacheSynced) Start(ctx context.Context) error {
-	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.DaemonSet{}, &appsv1.StatefulSet{}} {
-		if _, err := c.mgr.GetCache().GetInformer(ctx, obj); err != nil {
-			return fmt.Errorf("watch %T: %w", obj, err)
-		}
-	}
-	if c.mgr.GetCache().WaitForCacheSync(ctx) {
-		c.synced.Store(true)
-	}
-	<-ctx.Done()
-	return nil
-}
-
-func (cacheSynced) NeedLeaderElection() bool { return false }
-
-func ptrDuration(d time.Duration) *time.Duration { return &d }

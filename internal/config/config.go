@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Defaults of the optional settings.
@@ -30,29 +31,12 @@ const (
 	tickSlack = 2 * time.Minute
 )
 
-// Kind is a workload kind image-refresh can pin.
-type Kind string
-
-const (
-	KindDeployment  Kind = "Deployment"
-	KindDaemonSet   Kind = "DaemonSet"
-	KindStatefulSet Kind = "StatefulSet"
-)
-
-// kinds lists the supported kinds, for messages and validation.
-var kinds = []Kind{KindDeployment, KindDaemonSet, KindStatefulSet}
+// Kind is a workload kind image-refresh can pin; the kinds are those of
+// internal/workload's table.
+type Kind = string
 
 // Workload names one workload object.
-type Workload struct {
-	Kind      Kind   `yaml:"kind"`
-	Namespace string `yaml:"namespace"`
-	Name      string `yaml:"name"`
-}
-
-// String renders the workload as "Deployment tb/tb-jobs-manager".
-func (w Workload) String() string {
-	return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name)
-}
+type Workload = workload.Ref
 
 // Target is one container of one workload that runs an image.
 type Target struct {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Validate reports every problem in c, joined with errors.Join; each one is
@@ -104,8 +105,8 @@ func (v *validator) kind(path string, k Kind) bool {
 		v.errorf(path, "missing")
 		return false
 	}
-	if !slices.Contains(kinds, k) {
-		v.errorf(path, "kind %q is not supported (want one of %s, %s, %s)", k, kinds[0], kinds[1], kinds[2])
+	if _, ok := workload.LookupKind(k); !ok {
+		v.errorf(path, "kind %q is not supported (want one of %s)", k, strings.Join(workload.KindNames(), ", "))
 		return false
 	}
 	return true

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // digest is a valid sha256 digest for fixtures.
@@ -54,7 +56,7 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 		{"an anchor without a kind is rejected",
 			func(c *Config) { c.Groups[0].Anchor.Kind = "" }, []string{"groups[0].anchor.kind: missing"}},
 		{"an anchor of an unsupported kind is rejected",
-			func(c *Config) { c.Groups[0].Anchor.Kind = "Pod" }, []string{"groups[0].anchor.kind:", "Deployment, DaemonSet, StatefulSet"}},
+			func(c *Config) { c.Groups[0].Anchor.Kind = "Pod" }, []string{"groups[0].anchor.kind:", "Deployment, DaemonSet, StatefulSet, CronJob"}},
 		{"an anchor without a namespace is rejected",
 			func(c *Config) { c.Groups[0].Anchor.Namespace = "" }, []string{"groups[0].anchor.namespace: missing"}},
 		{"an anchor namespace that is not a DNS-1123 label is rejected",
@@ -103,8 +105,8 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 		{"an image without targets is rejected",
 			func(c *Config) { c.Groups[0].Images[1].Targets = nil }, []string{"groups[0].images[1].targets: at least one target is required"}},
 		{"a target of an unsupported kind is rejected with the supported kinds",
-			func(c *Config) { c.Groups[0].Images[0].Targets[1].Kind = "CronJob" },
-			[]string{"groups[0].images[0].targets[1].kind:", "Deployment, DaemonSet, StatefulSet"}},
+			func(c *Config) { c.Groups[0].Images[0].Targets[1].Kind = "Job" },
+			[]string{"groups[0].images[0].targets[1].kind:", "Deployment, DaemonSet, StatefulSet, CronJob"}},
 		{"a target whose namespace is not a DNS-1123 label is rejected",
 			func(c *Config) { c.Groups[0].Images[0].Targets[1].Namespace = "t.b" }, []string{"groups[0].images[0].targets[1].namespace:"}},
 		{"a target whose name is not a DNS-1123 subdomain is rejected",
@@ -174,10 +176,10 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 func otherGroup(name string) Group {
 	return Group{
 		Name:   name,
-		Anchor: Workload{Kind: KindStatefulSet, Namespace: "other", Name: "db"},
+		Anchor: Workload{Kind: workload.KindStatefulSet, Namespace: "other", Name: "db"},
 		Images: []Image{{
 			Name: "db", Repository: "ghcr.io/acme/db", Tag: "16", PinnedDigest: digest,
-			Targets: []Target{{Kind: KindStatefulSet, Namespace: "other", Name: "db", Container: "db"}},
+			Targets: []Target{{Kind: workload.KindStatefulSet, Namespace: "other", Name: "db", Container: "db"}},
 		}},
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,6 +32,7 @@ import (
 	irreconcile "github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Controller reconciles one group per request (the request's Name is the
@@ -85,6 +85,24 @@ func New(r *irreconcile.Runner, p *poller.Poller, resync time.Duration, maxRound
 	return c
 }
 
+// Kinds lists the workload kinds the config names, in the table's order:
+// the only ones watched, so RBAC for the others is not needed.
+func Kinds(cfg *config.Config) []*workload.Kind {
+	used := map[string]bool{}
+	for _, g := range cfg.Groups {
+		for _, w := range g.Workloads() {
+			used[w.Kind] = true
+		}
+	}
+	var out []*workload.Kind
+	for _, k := range workload.Kinds() {
+		if used[k.Name] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // Namespaces lists the namespaces the config names: the only ones watched.
 func Namespaces(cfg *config.Config) []string {
 	seen := map[string]bool{}
@@ -100,9 +118,9 @@ func Namespaces(cfg *config.Config) []string {
 	return out
 }
 
-// SetupWithManager registers the watches: the three workload kinds (in the
-// configured namespaces only, see the manager's cache options), filtered to
-// the named workloads, plus the poller's changes.
+// SetupWithManager registers the watches: the workload kinds the config
+// names (in the configured namespaces only, see the manager's cache
+// options), filtered to the named workloads, plus the poller's changes.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	preds := builder.WithPredicates(predicate.Funcs{
 		CreateFunc:  func(e event.CreateEvent) bool { return true },
@@ -120,9 +138,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 			ReconciliationTimeout: c.Runner.Config.EffectiveTickTimeout(),
 			RateLimiter:           failureBackoff(c.Resync),
 		})
-	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.DaemonSet{}, &appsv1.StatefulSet{}} {
-		kind := kindOf(obj)
-		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	for _, k := range Kinds(c.Runner.Config) {
+		kind := k.Name
+		b = b.Watches(k.New(), handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return c.requestsFor(kind, o)
 		}), preds)
 	}
@@ -154,14 +172,12 @@ func failureBackoff(resync time.Duration) workqueue.TypedRateLimiter[reconcile.R
 	)
 }
 
+// kindOf names an object's kind; "" for a type that is not a workload.
 func kindOf(obj client.Object) string {
-	switch obj.(type) {
-	case *appsv1.Deployment:
-		return "Deployment"
-	case *appsv1.DaemonSet:
-		return "DaemonSet"
+	if k, ok := workload.KindOf(obj); ok {
+		return k.Name
 	}
-	return "StatefulSet"
+	return ""
 }
 
 func (c *Controller) requestsFor(kind string, o client.Object) []reconcile.Request {
@@ -254,7 +270,7 @@ func (c *Controller) registryChanged(key string) {
 // was seen, for image_refresh_revert_repin_seconds, and the object before
 // and after it, for C6. image-refresh's own writes are not reverts.
 func (c *Controller) observedRevert(oldObj, newObj client.Object) {
-	w := config.Workload{Kind: config.Kind(kindOf(newObj)), Namespace: newObj.GetNamespace(), Name: newObj.GetName()}
+	w := config.Workload{Kind: kindOf(newObj), Namespace: newObj.GetNamespace(), Name: newObj.GetName()}
 	rv := revert{seen: time.Now(), Revert: refresh.Revert{Before: images(oldObj), After: images(newObj)}}
 	rv.BeforeSettled = settled(oldObj) && !ownWrite(oldObj, newObj)
 	c.mu.Lock()

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -9,30 +8,9 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-// podSpec returns a workload's pod template spec, or nil for other types.
-func podSpec(o client.Object) *corev1.PodSpec {
-	switch w := o.(type) {
-	case *appsv1.Deployment:
-		return &w.Spec.Template.Spec
-	case *appsv1.DaemonSet:
-		return &w.Spec.Template.Spec
-	case *appsv1.StatefulSet:
-		return &w.Spec.Template.Spec
-	}
-	return nil
-}
+func podSpec(o client.Object) *corev1.PodSpec { return workload.PodSpec(o) }
 
-func settled(o client.Object) bool {
-	switch w := o.(type) {
-	case *appsv1.Deployment:
-		return workload.DeploymentSettled(w).Settled
-	case *appsv1.DaemonSet:
-		return workload.DaemonSetSettled(w).Settled
-	case *appsv1.StatefulSet:
-		return workload.StatefulSetSettled(w).Settled
-	}
-	return false
-}
+func settled(o client.Object) bool { return workload.SettlednessOf(o).Settled }
 
 // images maps container name → image of a workload's pod template.
 func images(o client.Object) map[string]string {
@@ -52,7 +30,7 @@ func images(o client.Object) map[string]string {
 // digest changes, which are not reverts (C6).
 func ownWrite(oldObj, newObj client.Object) bool {
 	before := images(oldObj)
-	managers := workload.ImageManagers(newObj.GetManagedFields())
+	managers := workload.ImageManagers(newObj)
 	for name, img := range images(newObj) {
 		if before[name] != img && managers[name] != workload.FieldManager {
 			return false

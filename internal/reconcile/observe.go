@@ -32,9 +32,13 @@ type Runner struct {
 	ConfigPath string
 	Kube       kubernetes.Interface
 	Workloads  *workload.Client
-	Resolver   *registry.Resolver
-	Metrics    *metrics.Metrics
-	Log        *slog.Logger
+	// Events records the Events of a pass; nil means Workloads, which
+	// records synchronously (tick). The controller sets the manager's
+	// aggregating recorder.
+	Events   workload.Recorder
+	Resolver *registry.Resolver
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
 	// Instance names this process in the attempt holder (see InstanceName).
 	Instance string
 	// OnRepin, if set, is called right after a workload's re-pin write

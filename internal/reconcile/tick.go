@@ -200,7 +200,11 @@ func (r *Runner) event(ctx context.Context, obj *workload.Object, typ, reason, m
 	if reason == "" {
 		reason = refresh.ReasonRefreshError
 	}
-	if err := r.Workloads.Event(ctx, obj, typ, reason, msg); err != nil {
+	var rec workload.Recorder = r.Workloads
+	if r.Events != nil {
+		rec = r.Events
+	}
+	if err := rec.Event(ctx, obj, typ, reason, msg); err != nil {
 		r.Log.Warn("could not record an event", "object", obj.Ref.String(), "reason", reason, "error", err)
 	}
 }

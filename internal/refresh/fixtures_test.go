@@ -11,6 +11,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Digests the registry serves. Tests write them as <A>, <B>, <C> in
@@ -35,8 +36,8 @@ var k = state.Keys{Prefix: prefix}
 
 // Workloads and targets of the fixture group. web is also the anchor.
 var (
-	web   = config.Workload{Kind: config.KindDeployment, Namespace: "tb", Name: "web"}
-	agent = config.Workload{Kind: config.KindDaemonSet, Namespace: "tb", Name: "agent"}
+	web   = config.Workload{Kind: workload.KindDeployment, Namespace: "tb", Name: "web"}
+	agent = config.Workload{Kind: workload.KindDaemonSet, Namespace: "tb", Name: "agent"}
 
 	webAPI   = target(web, "api")
 	webProxy = target(web, "proxy")

@@ -31,6 +31,7 @@ groups:
           - {kind: Deployment, namespace: tb, name: api, container: api}
           - {kind: DaemonSet, namespace: tb, name: agent, container: agent}
           - {kind: StatefulSet, namespace: tb, name: db, container: api}
+          - {kind: CronJob, namespace: tb, name: nightly, container: api}
       - name: hub
         repository: acme/hub
         tag: v1
@@ -108,6 +109,13 @@ func TestPin_B2(t *testing.T) {
 				"---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: tb}\nspec:\n  template:\n    spec:\n      containers:\n      - image: " + tag + "\n        name: api\n",
 			want: "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent, namespace: tb}\nspec:\n  template:\n    spec:\n      containers: [{name: agent, image: " + pinned + "}]\n" +
 				"---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: tb}\nspec:\n  template:\n    spec:\n      containers:\n      - image: " + pinned + "\n        name: api\n",
+		},
+		{
+			name: "a CronJob target is pinned under spec.jobTemplate; its apiVersion is batch/v1",
+			in: "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: tb}\nspec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers: [{name: api, image: " + tag + "}]\n" +
+				"---\napiVersion: apps/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: tb}\nspec: {jobTemplate: {spec: {template: {spec: {containers: [{name: api, image: " + tag + "}]}}}}}\n",
+			want: "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: tb}\nspec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers: [{name: api, image: " + pinned + "}]\n" +
+				"---\napiVersion: apps/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: tb}\nspec: {jobTemplate: {spec: {template: {spec: {containers: [{name: api, image: " + tag + "}]}}}}}\n",
 		},
 		{
 			name:      "a document without metadata.namespace is in the --namespace namespace",

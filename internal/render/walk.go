@@ -2,12 +2,14 @@ package render
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // site is one managed container found in the stream.
@@ -24,13 +26,6 @@ type site struct {
 }
 
 func (s site) where() string { return fmt.Sprintf("document %d: %s", s.doc, s.target) }
-
-// kinds maps the apps/v1 kinds image-refresh manages.
-var kinds = map[string]config.Kind{
-	"Deployment":  config.KindDeployment,
-	"DaemonSet":   config.KindDaemonSet,
-	"StatefulSet": config.KindStatefulSet,
-}
 
 // maxListDepth bounds the nesting of List kinds that is followed.
 const maxListDepth = 4
@@ -61,8 +56,8 @@ func (w *walker) object(n *yaml.Node, depth int) {
 		}
 		return
 	}
-	k, ok := kinds[scalar(kind)]
-	if !ok || scalar(apiVersion) != "apps/v1" {
+	k, ok := workload.LookupKind(scalar(kind))
+	if !ok || scalar(apiVersion) != k.APIVersion() {
 		return
 	}
 	meta, _ := field(n, "metadata")
@@ -75,7 +70,7 @@ func (w *walker) object(n *yaml.Node, depth int) {
 
 	shared := ""
 	cur := n
-	for _, key := range []string{"spec", "template", "spec", "containers"} {
+	for _, key := range append(slices.Clip(k.PodSpecPath), "containers") {
 		next, how := field(cur, key)
 		if next == nil {
 			return
@@ -91,7 +86,7 @@ func (w *walker) object(n *yaml.Node, depth int) {
 	for _, item := range cur.Content {
 		ctr, aliased := resolve(item)
 		cname, _ := field(ctr, "name")
-		t := config.Target{Kind: k, Namespace: namespace, Name: scalar(name), Container: scalar(cname)}
+		t := config.Target{Kind: k.Name, Namespace: namespace, Name: scalar(name), Container: scalar(cname)}
 		m, ok := w.s.targets[t]
 		if !ok {
 			if defaulted {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -165,30 +166,33 @@ func StatefulSet(t testing.TB, client kubernetes.Interface, ns, name string, opt
 	return out
 }
 
+// CronJob creates a CronJob whose schedule does not come round during a
+// test (once a year) and returns it: a CronJob has no rollout, its next Job
+// runs the template as stored.
+func CronJob(t testing.TB, client kubernetes.Interface, ns, name string, opts ...Option) *batchv1.CronJob {
+	t.Helper()
+	_, meta, _, tmpl := build(name, opts)
+	meta.Namespace = ns
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	cj := &batchv1.CronJob{ObjectMeta: meta, Spec: batchv1.CronJobSpec{
+		Schedule:    "0 0 1 1 *",
+		JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: tmpl}},
+	}}
+	out, err := client.BatchV1().CronJobs(ns).Create(context.Background(), cj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create CronJob %s/%s: %v", ns, name, err)
+	}
+	return out
+}
+
 // Settled reads a workload and reports whether its rollout finished, using
 // the product's own definition (internal/workload).
 func Settled(ctx context.Context, client kubernetes.Interface, kind, ns, name string) (workload.Settledness, error) {
-	switch kind {
-	case "Deployment":
-		d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return workload.Settledness{}, err
-		}
-		return workload.DeploymentSettled(d), nil
-	case "DaemonSet":
-		d, err := client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return workload.Settledness{}, err
-		}
-		return workload.DaemonSetSettled(d), nil
-	case "StatefulSet":
-		d, err := client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return workload.Settledness{}, err
-		}
-		return workload.StatefulSetSettled(d), nil
+	obj, err := workload.New(client, 0).Get(ctx, workload.Ref{Kind: kind, Namespace: ns, Name: name})
+	if err != nil {
+		return workload.Settledness{}, err
 	}
-	return workload.Settledness{}, fmt.Errorf("unknown kind %q", kind)
+	return obj.Settled, nil
 }
 
 // WaitSettled waits until the workload's rollout finished or timeout; it

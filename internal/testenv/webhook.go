@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/testcert"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // PatchOp is one JSON patch operation a test webhook answers with.
@@ -74,7 +75,7 @@ func MutatingWebhook(t testing.TB, client kubernetes.Interface, ns string, mutat
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    "test.image-refresh.io",
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "daemonsets", "statefulsets"}}}},
+			Rules:                   webhookRules(),
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
 			SideEffects:             &none,
 			FailurePolicy:           &fail,
@@ -120,4 +121,24 @@ func selfSigned(t testing.TB) (tls.Certificate, []byte) {
 		t.Fatal(err)
 	}
 	return p.TLS, p.CertPEM
+}
+
+// webhookRules are CREATE and UPDATE of every kind of the kind table, one
+// rule per API group.
+func webhookRules() []admissionregistrationv1.RuleWithOperations {
+	var rules []admissionregistrationv1.RuleWithOperations
+	at := map[string]int{}
+	for _, k := range workload.Kinds() {
+		i, ok := at[k.Group]
+		if !ok {
+			i = len(rules)
+			at[k.Group] = i
+			rules = append(rules, admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{k.Group}, APIVersions: []string{k.Version}},
+			})
+		}
+		rules[i].Resources = append(rules[i].Resources, k.Resource)
+	}
+	return rules
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // benchRate is the steady request rate of BenchmarkAdmission: one request
@@ -59,10 +60,10 @@ func BenchmarkAdmission_B1(b *testing.B) {
 	cfg.Registries = []config.Registry{{Host: reg.Host(), Insecure: true}}
 	cfg.Groups = []config.Group{{
 		Name:   "cp",
-		Anchor: config.Workload{Kind: config.KindDeployment, Namespace: "tb", Name: "jobs"},
+		Anchor: config.Workload{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs"},
 		Images: []config.Image{{Name: "api", Repository: repo, Tag: "prod", Targets: []config.Target{
-			{Kind: config.KindDeployment, Namespace: "tb", Name: "jobs", Container: "api"},
-			{Kind: config.KindDeployment, Namespace: "tb", Name: "proxy", Container: "proxy"},
+			{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs", Container: "api"},
+			{Kind: workload.KindDeployment, Namespace: "tb", Name: "proxy", Container: "proxy"},
 		}}},
 	}}
 	anchor := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{

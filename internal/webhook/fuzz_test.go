@@ -16,6 +16,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // fuzzMaxBody is the body limit under fuzzing: small, so that the fuzzer
@@ -39,7 +40,7 @@ var imagePath = regexp.MustCompile(`^/spec/template/spec/containers/(0|[1-9][0-9
 func FuzzAdmissionReview(f *testing.F) {
 	cfg := testConfig()
 	api := &cfg.Groups[0].Images[0]
-	api.Targets = append(api.Targets, config.Target{Kind: config.KindStatefulSet, Namespace: "tb", Name: "db", Container: "db"})
+	api.Targets = append(api.Targets, config.Target{Kind: workload.KindStatefulSet, Namespace: "tb", Name: "db", Container: "db"})
 	var logs bytes.Buffer
 	h := NewHandler(cfg, func(context.Context, config.Workload) (map[string]string, error) { return records, nil },
 		func() bool { return true }, nil, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))

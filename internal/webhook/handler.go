@@ -49,23 +49,6 @@ func NewHandler(cfg *config.Config, annotations Annotations, ready func() bool, 
 	}
 }
 
-// object is the part of an admitted Deployment, DaemonSet or StatefulSet
-// the webhook reads. It is decoded with case-sensitive keys (utiljson), as
-// the API server decodes: a key that differs in case is not the field, so
-// a patch never names a path the object does not have.
-type object struct {
-	Metadata struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	Spec struct {
-		Template struct {
-			Spec struct {
-				Containers []Container `json:"containers"`
-			} `json:"spec"`
-		} `json:"template"`
-	} `json:"spec"`
-}
-
 // Handle answers one admission request. It always allows: with a JSON patch
 // for the pins, unchanged otherwise, and unchanged after any internal
 // error or panic (counted and logged: the webhook fails open, B1).
@@ -85,7 +68,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	dryRun := req.DryRun != nil && *req.DryRun
 	ops := make([]jsonpatch.JsonPatchOperation, 0, len(pins))
 	for _, p := range pins {
-		ops = append(ops, jsonpatch.NewOperation("replace", fmt.Sprintf("/spec/template/spec/containers/%d/image", p.Index), p.To))
+		k, _ := workload.LookupKind(p.Target.Kind)
+		ops = append(ops, jsonpatch.NewOperation("replace", fmt.Sprintf("%s/containers/%d/image", k.PodSpecPointer(), p.Index), p.To))
 		if h.metrics != nil && !dryRun {
 			h.metrics.AdmissionPins.WithLabelValues(p.Group, p.Image).Inc()
 		}
@@ -107,7 +91,8 @@ func (h *Handler) failOpen(req admission.Request, err error) admission.Response 
 
 // pins decides what to rewrite in one request.
 func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error) {
-	if req.SubResource != "" || req.Kind.Group != "apps" ||
+	k, supported := workload.LookupKind(req.Kind.Kind)
+	if !supported || req.SubResource != "" || req.Kind.Group != k.Group || req.Kind.Version != k.Version ||
 		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return nil, nil
 	}
@@ -117,25 +102,26 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 	if fieldManager(req.Options.Raw) == workload.FieldManager {
 		return nil, nil
 	}
-	var obj object
-	if err := utiljson.Unmarshal(req.Object.Raw, &obj); err != nil {
+	obj := k.New()
+	if err := utiljson.Unmarshal(req.Object.Raw, obj); err != nil {
 		return nil, fmt.Errorf("decode the admitted %s: %w", req.Kind.Kind, err)
 	}
+	containers := workload.PodSpec(obj).Containers
 	name := req.Name
 	if name == "" {
-		name = obj.Metadata.Name
+		name = obj.GetName()
 	}
 	target := func(container string) config.Target {
-		return config.Target{Kind: config.Kind(req.Kind.Kind), Namespace: req.Namespace, Name: name, Container: container}
+		return config.Target{Kind: k.Name, Namespace: req.Namespace, Name: name, Container: container}
 	}
 	managed := false
-	for _, c := range obj.Spec.Template.Spec.Containers {
+	for _, c := range containers {
 		managed = managed || len(h.targets[target(c.Name)]) > 0
 	}
 	if !managed {
 		return nil, nil
 	}
-	before, err := oldImages(req)
+	before, err := oldImages(k, req)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +133,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 	keys := state.Keys{Prefix: h.prefix}
 	anchors := map[string]map[string]string{}
 	var pins []Pin
-	for i, c := range obj.Spec.Template.Spec.Containers {
+	for i, c := range containers {
 		// Only an image this request writes: an unchanged one is drift that
 		// fix A re-pins under its guards (R4, R10), not a re-render.
 		if prev, ok := before[c.Name]; ok && prev == c.Image {
@@ -173,16 +159,17 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 
 // oldImages maps container name → image of the stored object (UPDATE);
 // nil for CREATE.
-func oldImages(req admission.Request) (map[string]string, error) {
+func oldImages(k *workload.Kind, req admission.Request) (map[string]string, error) {
 	if req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
 		return nil, nil
 	}
-	var old object
-	if err := utiljson.Unmarshal(req.OldObject.Raw, &old); err != nil {
+	old := k.New()
+	if err := utiljson.Unmarshal(req.OldObject.Raw, old); err != nil {
 		return nil, fmt.Errorf("decode the stored %s: %w", req.Kind.Kind, err)
 	}
-	out := make(map[string]string, len(old.Spec.Template.Spec.Containers))
-	for _, c := range old.Spec.Template.Spec.Containers {
+	containers := workload.PodSpec(old).Containers
+	out := make(map[string]string, len(containers))
+	for _, c := range containers {
 		out[c.Name] = c.Image
 	}
 	return out, nil

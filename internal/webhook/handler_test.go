@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -19,6 +20,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 var (
@@ -30,14 +32,15 @@ func testConfig() *config.Config {
 	cfg := config.Defaults()
 	cfg.Groups = []config.Group{{
 		Name:   "cp",
-		Anchor: config.Workload{Kind: config.KindDeployment, Namespace: "tb", Name: "jobs"},
+		Anchor: config.Workload{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs"},
 		Images: []config.Image{
 			{Name: "api", Repository: "reg.local:5000/acme/api", Tag: "prod", Targets: []config.Target{
-				{Kind: config.KindDeployment, Namespace: "tb", Name: "jobs", Container: "api"},
-				{Kind: config.KindDaemonSet, Namespace: "tb", Name: "agent", Container: "agent"},
+				{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs", Container: "api"},
+				{Kind: workload.KindDaemonSet, Namespace: "tb", Name: "agent", Container: "agent"},
+				{Kind: workload.KindCronJob, Namespace: "tb", Name: "nightly", Container: "api"},
 			}},
 			{Name: "tools", Repository: "docker.io/acme/tools", Tag: "prod", PinnedDigest: older, Targets: []config.Target{
-				{Kind: config.KindDeployment, Namespace: "tb", Name: "jobs", Container: "tools"},
+				{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs", Container: "tools"},
 			}},
 		},
 	}}
@@ -94,17 +97,30 @@ type request struct {
 	dryRun    bool
 }
 
-func deployment(images map[string]string, order []string) []byte {
-	var cs []Container
+// object encodes a workload of kind (from the kind table) whose pod
+// template runs images, in order.
+func object(kind string, images map[string]string, order []string) []byte {
+	k, ok := workload.LookupKind(kind)
+	if !ok {
+		k, _ = workload.LookupKind(workload.KindDeployment) // the handler must ignore the kind anyway
+	}
+	o := k.New()
+	spec := workload.PodSpec(o)
 	for _, n := range order {
 		if img, ok := images[n]; ok {
-			cs = append(cs, Container{Name: n, Image: img})
+			spec.Containers = append(spec.Containers, corev1.Container{Name: n, Image: img})
 		}
 	}
-	var o object
-	o.Spec.Template.Spec.Containers = cs
 	b, _ := json.Marshal(o)
 	return b
+}
+
+// group is the API group of kind, "apps" for a kind outside the table.
+func group(kind string) string {
+	if k, ok := workload.LookupKind(kind); ok {
+		return k.Group
+	}
+	return "apps"
 }
 
 func (r request) admission() admission.Request {
@@ -114,12 +130,12 @@ func (r request) admission() admission.Request {
 	}
 	req := admissionv1.AdmissionRequest{
 		Operation: r.op, Namespace: "tb", Name: r.name,
-		Kind:   metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: r.kind},
-		Object: runtime.RawExtension{Raw: deployment(r.images, order)},
+		Kind:   metav1.GroupVersionKind{Group: group(r.kind), Version: "v1", Kind: r.kind},
+		Object: runtime.RawExtension{Raw: object(r.kind, r.images, order)},
 		DryRun: &r.dryRun,
 	}
 	if r.oldImages != nil {
-		req.OldObject = runtime.RawExtension{Raw: deployment(r.oldImages, order)}
+		req.OldObject = runtime.RawExtension{Raw: object(r.kind, r.oldImages, order)}
 	}
 	if r.manager != "" {
 		req.Options = runtime.RawExtension{Raw: []byte(`{"kind":"UpdateOptions","apiVersion":"meta.k8s.io/v1","fieldManager":"` + r.manager + `"}`)}
@@ -152,6 +168,10 @@ func TestHandle_B1(t *testing.T) {
 			[]string{"/spec/template/spec/containers/0/image=" + tag + "@" + recorded}, rec},
 		{"a create is pinned, DaemonSets too", request{op: admissionv1.Create, kind: "DaemonSet", name: "agent", images: map[string]string{"agent": tag}},
 			[]string{"/spec/template/spec/containers/0/image=" + tag + "@" + recorded}, rec},
+		{"a CronJob is pinned under its jobTemplate", request{op: admissionv1.Create, kind: "CronJob", name: "nightly",
+			images: map[string]string{"sidecar": tag, "api": tag}, order: []string{"sidecar", "api"}},
+			[]string{"/spec/jobTemplate/spec/template/spec/containers/1/image=" + tag + "@" + recorded}, rec},
+		{"a kind outside the table is left alone", request{op: admissionv1.Create, kind: "ReplicaSet", name: "jobs", images: map[string]string{"api": tag}}, nil, rec},
 		{"only the managed container of a workload", request{op: admissionv1.Create, kind: "Deployment", name: "jobs",
 			images: map[string]string{"api": tag, "sidecar": tag}},
 			[]string{"/spec/template/spec/containers/0/image=" + tag + "@" + recorded}, rec},

@@ -8,7 +8,6 @@ import (
 	"net"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Path is the URL path of the webhook; the MutatingWebhookConfiguration's
@@ -129,17 +129,11 @@ func modernTLS(c *tls.Config) {
 // no API call.
 func CachedAnnotations(cache client.Reader) Annotations {
 	return func(ctx context.Context, w config.Workload) (map[string]string, error) {
-		var obj client.Object
-		switch w.Kind {
-		case config.KindDeployment:
-			obj = &appsv1.Deployment{}
-		case config.KindDaemonSet:
-			obj = &appsv1.DaemonSet{}
-		case config.KindStatefulSet:
-			obj = &appsv1.StatefulSet{}
-		default:
-			return nil, fmt.Errorf("%s: unsupported kind", w)
+		k, ok := workload.LookupKind(w.Kind)
+		if !ok {
+			return nil, fmt.Errorf("%s: %w", w, workload.UnsupportedKind(w.Kind))
 		}
+		obj := k.New()
 		err := cache.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, obj)
 		if apierrors.IsNotFound(err) {
 			return nil, nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -60,27 +59,12 @@ func (c *Client) Cached(ctx context.Context, ref Ref) (*Object, error) {
 }
 
 func (c *Client) readCache(ctx context.Context, ref Ref) (*Object, error) {
-	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
-	switch ref.Kind {
-	case KindDeployment:
-		var d appsv1.Deployment
-		if err := c.cache.Get(ctx, key, &d); err != nil {
-			return nil, err
-		}
-		return fromDeployment(&d), nil
-	case KindDaemonSet:
-		var ds appsv1.DaemonSet
-		if err := c.cache.Get(ctx, key, &ds); err != nil {
-			return nil, err
-		}
-		return fromDaemonSet(&ds), nil
-	default:
-		var st appsv1.StatefulSet
-		if err := c.cache.Get(ctx, key, &st); err != nil {
-			return nil, err
-		}
-		return fromStatefulSet(&st), nil
+	k, _ := LookupKind(ref.Kind)
+	obj := k.New()
+	if err := c.cache.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj); err != nil {
+		return nil, err
 	}
+	return FromObject(obj), nil
 }
 
 // wrote remembers the object a write of this client stored (Cached).

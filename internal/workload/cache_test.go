@@ -26,7 +26,7 @@ func TestExcuseOwnBumps_R4_OnlyGenerationsOwnAnnotationWritesCausedAreExcused(t 
 		dep.Namespace, dep.Name, dep.Generation = ref.Namespace, ref.Name, gen
 		dep.Spec.Replicas = &one
 		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: observed, Replicas: 1, UpdatedReplicas: updated, AvailableReplicas: 1}
-		return workload.FromDeployment(dep)
+		return workload.FromObject(dep)
 	}
 	workload.Bumped(wc, d(4, 4, 1), d(5, 4, 1)) // own write: 4 → 5
 	for _, tc := range []struct {

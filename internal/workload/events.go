@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Component is the reporting component of image-refresh's Events.
@@ -30,33 +31,23 @@ const Component = "image-refresh"
 // Events every tick; two instances doing so at once resolve through the
 // resourceVersion of the Update. RBAC: events create, get, update.
 func (c *Client) Event(ctx context.Context, obj *Object, eventType, reason, message string) error {
-	if obj == nil {
-		return errors.New("record event: no object")
-	}
-	ref := obj.Ref
-	if err := ref.validate(); err != nil {
+	involved, err := eventRef(obj, eventType, reason)
+	if err != nil {
 		return err
 	}
-	if eventType != corev1.EventTypeNormal && eventType != corev1.EventTypeWarning {
-		return fmt.Errorf("record event on %s: type %q is neither %s nor %s", ref, eventType, corev1.EventTypeNormal, corev1.EventTypeWarning)
-	}
-	if reason == "" {
-		return fmt.Errorf("record event on %s: no reason", ref)
-	}
+	ref := obj.Ref
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: eventName(obj, eventType, reason, message), Namespace: ref.Namespace},
-		InvolvedObject: corev1.ObjectReference{
-			APIVersion: apiVersion, Kind: ref.Kind, Name: ref.Name, Namespace: ref.Namespace, UID: obj.UID,
-		},
-		Type: eventType, Reason: reason, Message: message,
+		ObjectMeta:     metav1.ObjectMeta{Name: eventName(obj, eventType, reason, message), Namespace: ref.Namespace},
+		InvolvedObject: *involved,
+		Type:           eventType, Reason: reason, Message: message,
 		Count: 1, FirstTimestamp: now, LastTimestamp: now,
 		Source:              corev1.EventSource{Component: Component},
 		ReportingController: Component,
 	}
 	events := c.kube.CoreV1().Events(ref.Namespace)
 	callCtx, cancel := c.bounded(ctx)
-	_, err := events.Create(callCtx, ev, metav1.CreateOptions{})
+	_, err = events.Create(callCtx, ev, metav1.CreateOptions{})
 	cancel()
 	if err == nil {
 		return nil
@@ -103,4 +94,59 @@ func eventName(obj *Object, eventType, reason, message string) string {
 		prefix = strings.TrimRight(prefix[:200], "-.")
 	}
 	return prefix + "." + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Recorder records an Event on a workload (R15). Client records
+// synchronously, for the one-shot modes (tick, rearm) that exit right
+// after; Aggregating hands Events to the controller manager's recorder.
+type Recorder interface {
+	Event(ctx context.Context, obj *Object, eventType, reason, message string) error
+}
+
+var _ Recorder = (*Client)(nil)
+
+// EventSink is the events.k8s.io recorder of client-go and
+// controller-runtime (manager.GetEventRecorder).
+type EventSink interface {
+	Eventf(regarding runtime.Object, related runtime.Object, eventType, reason, action, note string, args ...any)
+}
+
+// Aggregating records through an events.k8s.io recorder, for `run`: the
+// recorder sends in the background and folds a repeat of the same Event
+// into an EventSeries whose count it writes at most every 30 minutes, so a
+// group that stays locked out does not create or update an Event on every
+// pass. RBAC: events.k8s.io events create and patch.
+type Aggregating struct{ Sink EventSink }
+
+// Event validates like Client.Event and hands the Event to the sink.
+func (a Aggregating) Event(_ context.Context, obj *Object, eventType, reason, message string) error {
+	ref, err := eventRef(obj, eventType, reason)
+	if err != nil {
+		return err
+	}
+	a.Sink.Eventf(ref, nil, eventType, reason, eventAction, "%s", message)
+	return nil
+}
+
+// eventAction is the action of every Event (events.k8s.io requires one):
+// what image-refresh was doing when it recorded it.
+const eventAction = "Refresh"
+
+// eventRef checks an Event's object, type and reason and names the object.
+func eventRef(obj *Object, eventType, reason string) (*corev1.ObjectReference, error) {
+	if obj == nil {
+		return nil, errors.New("record event: no object")
+	}
+	ref := obj.Ref
+	if err := ref.validate(); err != nil {
+		return nil, err
+	}
+	if eventType != corev1.EventTypeNormal && eventType != corev1.EventTypeWarning {
+		return nil, fmt.Errorf("record event on %s: type %q is neither %s nor %s", ref, eventType, corev1.EventTypeNormal, corev1.EventTypeWarning)
+	}
+	if reason == "" {
+		return nil, fmt.Errorf("record event on %s: no reason", ref)
+	}
+	k, _ := LookupKind(ref.Kind)
+	return &corev1.ObjectReference{APIVersion: k.APIVersion(), Kind: ref.Kind, Name: ref.Name, Namespace: ref.Namespace, UID: obj.UID}, nil
 }

@@ -9,6 +9,3 @@ var (
 	Bumped         = (*Client).bumped
 	ExcuseOwnBumps = (*Client).excuseOwnBumps
 )
-
-// FromDeployment exposes the snapshot of a Deployment.
-var FromDeployment = fromDeployment

@@ -89,7 +89,8 @@ func imagePatch(obj *Object, changes []ImageChange) ([]jsonPatchOp, error) {
 		if len(ops) == 0 {
 			ops = append(ops, jsonPatchOp{Op: "test", Path: "/metadata/uid", Value: obj.UID})
 		}
-		base := fmt.Sprintf("/spec/template/spec/containers/%d", i)
+		k, _ := LookupKind(obj.Ref.Kind)
+		base := fmt.Sprintf("%s/containers/%d", k.PodSpecPointer(), i)
 		ops = append(ops,
 			jsonPatchOp{Op: "test", Path: base + "/name", Value: ch.Container},
 			jsonPatchOp{Op: "test", Path: base + "/image", Value: ch.From},

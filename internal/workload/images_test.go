@@ -288,3 +288,46 @@ func denyDigests(t *testing.T, client kubernetes.Interface, ns, deployment strin
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// A CronJob is one entry of the kind table: its pod template lives under
+// spec.jobTemplate, it is read and patched like the others, and with no
+// rollout it is settled as soon as the write is stored (R4).
+func TestSetImages_R4_R9_R16_CronJobIsPatchedUnderItsJobTemplateAndSettledOnceStored(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.CronJob(t, c.Client, ns, "nightly", testenv.WithContainer("app", appTag), testenv.WithContainer("proxy", proxyTag))
+	ref := workload.Ref{Kind: workload.KindCronJob, Namespace: ns, Name: "nightly"}
+	before, err := c.Client.BatchV1().CronJobs(ns).Get(context.Background(), "nightly", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := mustGet(t, wc, ref)
+	if !obj.Settled.Settled {
+		t.Fatalf("a CronJob as created is not settled: %s", obj.Settled.Reason)
+	}
+	written, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{
+		{Container: "proxy", From: proxyTag, To: "registry.test/acme/proxy@" + digestB},
+	})
+	if err != nil || !written {
+		t.Fatalf("SetImages = %v, %v; want a write", written, err)
+	}
+	after, err := c.Client.BatchV1().CronJobs(ns).Get(context.Background(), "nightly", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := before.Spec.DeepCopy()
+	want.JobTemplate.Spec.Template.Spec.Containers[1].Image = "registry.test/acme/proxy@" + digestB
+	if w, g := toJSON(t, want), toJSON(t, after.Spec); w != g {
+		t.Errorf("spec changed beyond the image:\nwant %s\ngot  %s", w, g)
+	}
+	if got := workload.ImageManagers(after)["proxy"]; got != workload.FieldManager {
+		t.Errorf("the image's field manager is %q, want %q (R17)", got, workload.FieldManager)
+	}
+	obj = mustGet(t, wc, ref)
+	if ctr, _ := obj.Container("proxy"); ctr.Image != "registry.test/acme/proxy@"+digestB || !obj.Settled.Settled {
+		t.Errorf("read back %q, settled %v (%s); want the pin, settled at once", ctr.Image, obj.Settled.Settled, obj.Settled.Reason)
+	}
+	if _, err := wc.WaitSettled(context.Background(), ref, 5*time.Second); err != nil {
+		t.Errorf("WaitSettled on a CronJob: %v", err)
+	}
+}

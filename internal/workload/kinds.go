@@ -2,84 +2,201 @@ package workload
 
 import (
 	"context"
+	"fmt"
+	"reflect"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// read and patch are the only places that switch on the kind: everything
-// else works on Object. Callers have validated ref.
+// The workload kinds image-refresh manages.
+const (
+	KindDeployment  = "Deployment"
+	KindDaemonSet   = "DaemonSet"
+	KindStatefulSet = "StatefulSet"
+	KindCronJob     = "CronJob"
+)
+
+// Kind is everything image-refresh knows about one workload kind. The table
+// below is the only list of kinds: config validation, the reads and writes
+// here, the controller's watches, the webhook and the post-renderer all ask
+// it, so a kind is added by adding its entry (and its settledness rule).
+type Kind struct {
+	Name     string // "Deployment"
+	Group    string // API group: "apps", "batch"
+	Version  string // "v1"
+	Resource string // plural resource: "deployments"
+	// PodSpecPath is the path of the pod template's spec from the object's
+	// root: the post-renderer walks it in YAML, the webhook and SetImages
+	// patch below it.
+	PodSpecPath []string
+
+	typ       reflect.Type
+	newObject func() client.Object
+	template  func(client.Object) *corev1.PodTemplateSpec
+	settled   func(client.Object) Settledness
+	get       func(ctx context.Context, kube kubernetes.Interface, namespace, name string) (client.Object, error)
+	patch     func(ctx context.Context, kube kubernetes.Interface, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (client.Object, error)
+}
+
+// APIVersion is the kind's group/version, as in a manifest: "apps/v1".
+func (k *Kind) APIVersion() string { return k.Group + "/" + k.Version }
+
+// PodSpecPointer is PodSpecPath as a JSON pointer: "/spec/template/spec".
+func (k *Kind) PodSpecPointer() string { return "/" + strings.Join(k.PodSpecPath, "/") }
+
+// New returns an empty object of the kind, for decoding and cache reads.
+func (k *Kind) New() client.Object { return k.newObject() }
+
+// typed is the part of a client-go typed client (DeploymentInterface, …)
+// that reads and patches one object.
+type typed[T client.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
+// kind builds a table entry from the kind's typed client and accessors.
+func kind[T client.Object](name, group, resource string, path []string, newObject func() T,
+	clientFor func(kubernetes.Interface, string) typed[T],
+	template func(T) *corev1.PodTemplateSpec, settled func(T) Settledness) *Kind {
+	return &Kind{
+		Name: name, Group: group, Version: "v1", Resource: resource, PodSpecPath: path,
+		typ:       reflect.TypeOf(newObject()),
+		newObject: func() client.Object { return newObject() },
+		template:  func(o client.Object) *corev1.PodTemplateSpec { return template(o.(T)) },
+		settled:   func(o client.Object) Settledness { return settled(o.(T)) },
+		get: func(ctx context.Context, kube kubernetes.Interface, ns, n string) (client.Object, error) {
+			return clientFor(kube, ns).Get(ctx, n, metav1.GetOptions{})
+		},
+		patch: func(ctx context.Context, kube kubernetes.Interface, ns, n string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (client.Object, error) {
+			return clientFor(kube, ns).Patch(ctx, n, pt, data, opts)
+		},
+	}
+}
+
+var templatePath = []string{"spec", "template", "spec"}
+
+// kinds is the table, in the order messages list them.
+var kinds = []*Kind{
+	kind(KindDeployment, "apps", "deployments", templatePath,
+		func() *appsv1.Deployment { return &appsv1.Deployment{} },
+		func(k kubernetes.Interface, ns string) typed[*appsv1.Deployment] { return k.AppsV1().Deployments(ns) },
+		func(d *appsv1.Deployment) *corev1.PodTemplateSpec { return &d.Spec.Template }, DeploymentSettled),
+	kind(KindDaemonSet, "apps", "daemonsets", templatePath,
+		func() *appsv1.DaemonSet { return &appsv1.DaemonSet{} },
+		func(k kubernetes.Interface, ns string) typed[*appsv1.DaemonSet] { return k.AppsV1().DaemonSets(ns) },
+		func(d *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &d.Spec.Template }, DaemonSetSettled),
+	kind(KindStatefulSet, "apps", "statefulsets", templatePath,
+		func() *appsv1.StatefulSet { return &appsv1.StatefulSet{} },
+		func(k kubernetes.Interface, ns string) typed[*appsv1.StatefulSet] { return k.AppsV1().StatefulSets(ns) },
+		func(s *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &s.Spec.Template }, StatefulSetSettled),
+	kind(KindCronJob, "batch", "cronjobs", []string{"spec", "jobTemplate", "spec", "template", "spec"},
+		func() *batchv1.CronJob { return &batchv1.CronJob{} },
+		func(k kubernetes.Interface, ns string) typed[*batchv1.CronJob] { return k.BatchV1().CronJobs(ns) },
+		func(c *batchv1.CronJob) *corev1.PodTemplateSpec { return &c.Spec.JobTemplate.Spec.Template }, CronJobSettled),
+}
+
+// Kinds lists the supported kinds.
+func Kinds() []*Kind { return kinds }
+
+// KindNames lists the supported kinds' names: "Deployment", ….
+func KindNames() []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.Name
+	}
+	return out
+}
+
+// LookupKind returns the entry of a kind name.
+func LookupKind(name string) (*Kind, bool) {
+	for _, k := range kinds {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// KindOf returns the entry of an object's Go type.
+func KindOf(obj client.Object) (*Kind, bool) {
+	t := reflect.TypeOf(obj)
+	for _, k := range kinds {
+		if k.typ == t {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// PodSpec returns the pod template spec of a supported object, else nil.
+func PodSpec(obj client.Object) *corev1.PodSpec {
+	if k, ok := KindOf(obj); ok {
+		return &k.template(obj).Spec
+	}
+	return nil
+}
+
+// SettlednessOf judges a supported object's rollout (R4).
+func SettlednessOf(obj client.Object) Settledness {
+	if k, ok := KindOf(obj); ok {
+		return k.settled(obj)
+	}
+	return notSettled("unsupported kind %T", obj)
+}
+
+// FromObject snapshots a supported object; nil for another type.
+func FromObject(obj client.Object) *Object {
+	k, ok := KindOf(obj)
+	if !ok {
+		return nil
+	}
+	meta, err := metaOf(obj)
+	if err != nil {
+		return nil
+	}
+	return newObject(k, meta, k.template(obj), k.settled(obj))
+}
+
+func metaOf(obj client.Object) (*metav1.ObjectMeta, error) {
+	if m, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
+		if om, ok := m.GetObjectMeta().(*metav1.ObjectMeta); ok {
+			return om, nil
+		}
+	}
+	return nil, fmt.Errorf("%T has no ObjectMeta", obj)
+}
+
+// read and patch are the only API calls on workloads: everything else
+// works on Object. Callers have validated ref.
 
 func (c *Client) read(ctx context.Context, ref Ref) (*Object, error) {
+	k, _ := LookupKind(ref.Kind)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	opts := metav1.GetOptions{}
-	switch ref.Kind {
-	case KindDeployment:
-		d, err := c.kube.AppsV1().Deployments(ref.Namespace).Get(ctx, ref.Name, opts)
-		if err != nil {
-			return nil, err
-		}
-		return fromDeployment(d), nil
-	case KindDaemonSet:
-		ds, err := c.kube.AppsV1().DaemonSets(ref.Namespace).Get(ctx, ref.Name, opts)
-		if err != nil {
-			return nil, err
-		}
-		return fromDaemonSet(ds), nil
-	default:
-		st, err := c.kube.AppsV1().StatefulSets(ref.Namespace).Get(ctx, ref.Name, opts)
-		if err != nil {
-			return nil, err
-		}
-		return fromStatefulSet(st), nil
+	obj, err := k.get(ctx, c.kube, ref.Namespace, ref.Name)
+	if err != nil {
+		return nil, err
 	}
+	return FromObject(obj), nil
 }
 
 // patch writes with FieldManager (R17) and returns the object as written.
 func (c *Client) patch(ctx context.Context, ref Ref, pt types.PatchType, data []byte) (*Object, error) {
-	out, err := c.patchKind(ctx, ref, pt, data)
-	if err == nil {
-		c.wrote(out)
-	}
-	return out, err
-}
-
-func (c *Client) patchKind(ctx context.Context, ref Ref, pt types.PatchType, data []byte) (*Object, error) {
-	ctx, cancel := c.bounded(ctx)
+	k, _ := LookupKind(ref.Kind)
+	callCtx, cancel := c.bounded(ctx)
 	defer cancel()
-	opts := metav1.PatchOptions{FieldManager: FieldManager}
-	switch ref.Kind {
-	case KindDeployment:
-		d, err := c.kube.AppsV1().Deployments(ref.Namespace).Patch(ctx, ref.Name, pt, data, opts)
-		if err != nil {
-			return nil, err
-		}
-		return fromDeployment(d), nil
-	case KindDaemonSet:
-		ds, err := c.kube.AppsV1().DaemonSets(ref.Namespace).Patch(ctx, ref.Name, pt, data, opts)
-		if err != nil {
-			return nil, err
-		}
-		return fromDaemonSet(ds), nil
-	default:
-		st, err := c.kube.AppsV1().StatefulSets(ref.Namespace).Patch(ctx, ref.Name, pt, data, opts)
-		if err != nil {
-			return nil, err
-		}
-		return fromStatefulSet(st), nil
+	obj, err := k.patch(callCtx, c.kube, ref.Namespace, ref.Name, pt, data, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, err
 	}
-}
-
-func fromDeployment(d *appsv1.Deployment) *Object {
-	return newObject(KindDeployment, &d.ObjectMeta, &d.Spec.Template, DeploymentSettled(d))
-}
-
-func fromDaemonSet(ds *appsv1.DaemonSet) *Object {
-	return newObject(KindDaemonSet, &ds.ObjectMeta, &ds.Spec.Template, DaemonSetSettled(ds))
-}
-
-func fromStatefulSet(st *appsv1.StatefulSet) *Object {
-	return newObject(KindStatefulSet, &st.ObjectMeta, &st.Spec.Template, StatefulSetSettled(st))
+	out := FromObject(obj)
+	c.wrote(out)
+	return out, nil
 }

@@ -6,18 +6,26 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // containersPath leads from the root of a FieldsV1 set to the pod
-// template's containers.
-var containersPath = []string{"f:spec", "f:template", "f:spec", "f:containers"}
+// template's containers of kind k.
+func containersPath(k *Kind) []string {
+	out := make([]string, 0, len(k.PodSpecPath)+1)
+	for _, p := range k.PodSpecPath {
+		out = append(out, "f:"+p)
+	}
+	return append(out, "f:containers")
+}
 
 // imageManagers maps container name → the field manager that owns that
 // container's image. When several own it (shared ownership after applies
 // of the same value), the most recent entry wins: it is the last writer.
 // A manager whose entry cannot be parsed is ignored: ownership is
 // diagnostic, never a reason to fail a read.
-func imageManagers(entries []metav1.ManagedFieldsEntry) map[string]string {
+func imageManagers(k *Kind, entries []metav1.ManagedFieldsEntry) map[string]string {
+	path := containersPath(k)
 	type owner struct {
 		manager string
 		at      time.Time
@@ -31,7 +39,7 @@ func imageManagers(entries []metav1.ManagedFieldsEntry) map[string]string {
 		if e.Time != nil {
 			at = e.Time.Time
 		}
-		for _, name := range containersWithImage(e.FieldsV1.Raw) {
+		for _, name := range containersWithImage(path, e.FieldsV1.Raw) {
 			cur, seen := best[name]
 			if !seen || at.After(cur.at) || (at.Equal(cur.at) && e.Manager < cur.manager) {
 				best[name] = owner{manager: e.Manager, at: at}
@@ -48,9 +56,9 @@ func imageManagers(entries []metav1.ManagedFieldsEntry) map[string]string {
 // containersWithImage returns the names of the containers whose f:image a
 // FieldsV1 set holds. Containers are keyed by `k:{"name":"<n>"}`; the key
 // is decoded as JSON rather than matched as text.
-func containersWithImage(raw []byte) []string {
+func containersWithImage(path []string, raw []byte) []string {
 	node := json.RawMessage(raw)
-	for _, key := range containersPath {
+	for _, key := range path {
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(node, &fields); err != nil {
 			return nil
@@ -86,7 +94,12 @@ func containersWithImage(raw []byte) []string {
 }
 
 // ImageManagers maps container name → the field manager that owns its
-// image in these managedFields ("" when none does).
-func ImageManagers(entries []metav1.ManagedFieldsEntry) map[string]string {
-	return imageManagers(entries)
+// image in a workload's managedFields ("" when none does); nil for an
+// object of a kind outside the table.
+func ImageManagers(obj client.Object) map[string]string {
+	k, ok := KindOf(obj)
+	if !ok {
+		return nil
+	}
+	return imageManagers(k, obj.GetManagedFields())
 }

@@ -104,9 +104,9 @@ func (c *Client) GetObserved(ctx context.Context, ref Ref) (*Object, error) {
 	return obj, nil
 }
 
-func newObject(kind string, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, settled Settledness) *Object {
+func newObject(k *Kind, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, settled Settledness) *Object {
 	o := &Object{
-		Ref:             Ref{Kind: kind, Namespace: meta.Namespace, Name: meta.Name},
+		Ref:             Ref{Kind: k.Name, Namespace: meta.Namespace, Name: meta.Name},
 		UID:             meta.UID,
 		ResourceVersion: meta.ResourceVersion,
 		Generation:      meta.Generation,
@@ -117,7 +117,7 @@ func newObject(kind string, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpe
 	for k, v := range meta.Annotations {
 		o.Annotations[k] = v
 	}
-	managers := imageManagers(meta.ManagedFields)
+	managers := imageManagers(k, meta.ManagedFields)
 	for _, ctr := range tmpl.Spec.Containers {
 		o.Containers = append(o.Containers, Container{Name: ctr.Name, Image: ctr.Image, ImageManager: managers[ctr.Name]})
 	}

@@ -1,20 +1,16 @@
 package workload
 
-import "fmt"
-
-// The workload kinds image-refresh manages, all apps/v1.
-const (
-	KindDeployment  = "Deployment"
-	KindDaemonSet   = "DaemonSet"
-	KindStatefulSet = "StatefulSet"
+import (
+	"fmt"
+	"strings"
 )
 
-// apiVersion is the group/version of every supported kind.
-const apiVersion = "apps/v1"
-
-// Ref names one workload.
+// Ref names one workload. The config's groups name their anchors and
+// targets' workloads with it (config.Workload is this type).
 type Ref struct {
-	Kind, Namespace, Name string
+	Kind      string `yaml:"kind"`
+	Namespace string `yaml:"namespace"`
+	Name      string `yaml:"name"`
 }
 
 // String gives "Deployment tb/api", the form used in logs and errors.
@@ -22,11 +18,15 @@ func (r Ref) String() string {
 	return fmt.Sprintf("%s %s/%s", r.Kind, r.Namespace, r.Name)
 }
 
+// UnsupportedKind is the error for a kind that is not in the table; it
+// lists the supported ones.
+func UnsupportedKind(kind string) error {
+	return fmt.Errorf("%w %q (want one of %s)", ErrUnsupportedKind, kind, strings.Join(KindNames(), ", "))
+}
+
 func (r Ref) validate() error {
-	switch r.Kind {
-	case KindDeployment, KindDaemonSet, KindStatefulSet:
-	default:
-		return fmt.Errorf("%w %q in %s (want %s, %s or %s)", ErrUnsupportedKind, r.Kind, r, KindDeployment, KindDaemonSet, KindStatefulSet)
+	if _, ok := LookupKind(r.Kind); !ok {
+		return fmt.Errorf("%s: %w", r, UnsupportedKind(r.Kind))
 	}
 	if r.Namespace == "" || r.Name == "" {
 		return fmt.Errorf("workload %q: namespace and name are required", r)

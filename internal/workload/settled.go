@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 )
 
 // Settledness says whether a workload's last rollout finished (SPEC R4) and,
@@ -106,5 +107,13 @@ func statefulSetStatus(st *appsv1.StatefulSet) Settledness {
 	case s.UpdateRevision != "" && s.CurrentRevision != s.UpdateRevision && st.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType:
 		return notSettled("current revision %s is not the update revision %s", s.CurrentRevision, s.UpdateRevision)
 	}
+	return Settledness{Settled: true}
+}
+
+// CronJobSettled: a CronJob has no rollout. Its next Job is created from
+// the template as stored, so the write is done once the API server stored
+// it; Jobs already running keep the image they started with, as they would
+// after any template change.
+func CronJobSettled(*batchv1.CronJob) Settledness {
 	return Settledness{Settled: true}
 }

@@ -61,10 +61,12 @@ func TestGet_ReadsEachKind(t *testing.T) {
 	testenv.Deployment(t, c.Client, ns, "api", opts...)
 	testenv.DaemonSet(t, c.Client, ns, "agent", opts...)
 	testenv.StatefulSet(t, c.Client, ns, "db", opts...)
+	testenv.CronJob(t, c.Client, ns, "nightly", opts...)
 	for _, ref := range []workload.Ref{
 		{Kind: "Deployment", Namespace: ns, Name: "api"},
 		{Kind: "DaemonSet", Namespace: ns, Name: "agent"},
 		{Kind: "StatefulSet", Namespace: ns, Name: "db"},
+		{Kind: "CronJob", Namespace: ns, Name: "nightly"},
 	} {
 		t.Run(ref.Kind, func(t *testing.T) {
 			settle(t, c, ref)
@@ -118,9 +120,9 @@ func TestGet_R4_MissingWorkloadIsNotFoundAndNamed(t *testing.T) {
 func TestGet_R19_UnsupportedKindIsNamed(t *testing.T) {
 	t.Parallel()
 	_, wc, ns := setup(t)
-	_, err := wc.Get(context.Background(), workload.Ref{Kind: "CronJob", Namespace: ns, Name: "nightly"})
-	if !errors.Is(err, workload.ErrUnsupportedKind) || !strings.Contains(err.Error(), `"CronJob"`) {
-		t.Errorf("error %v: want ErrUnsupportedKind naming CronJob", err)
+	_, err := wc.Get(context.Background(), workload.Ref{Kind: "ReplicaSet", Namespace: ns, Name: "nightly"})
+	if !errors.Is(err, workload.ErrUnsupportedKind) || !strings.Contains(err.Error(), `"ReplicaSet"`) || !strings.Contains(err.Error(), "CronJob") {
+		t.Errorf("error %v: want ErrUnsupportedKind naming ReplicaSet and listing the supported kinds", err)
 	}
 }
 

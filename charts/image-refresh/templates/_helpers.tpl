@@ -74,9 +74,30 @@ imagePullSecrets are read. Callers: include … | fromJson.
 {{- toJson $out }}
 {{- end }}
 
-{{/* The apps resource of a workload kind. */}}
+{{/* The resource of a workload kind (internal/workload's kind table). */}}
 {{- define "image-refresh.resource" -}}
-{{- get (dict "Deployment" "deployments" "DaemonSet" "daemonsets" "StatefulSet" "statefulsets") . }}
+{{- get (dict "Deployment" "deployments" "DaemonSet" "daemonsets" "StatefulSet" "statefulsets" "CronJob" "cronjobs") . }}
+{{- end }}
+
+{{/* The API group of a workload kind (internal/workload's kind table). */}}
+{{- define "image-refresh.apiGroup" -}}
+{{- get (dict "Deployment" "apps" "DaemonSet" "apps" "StatefulSet" "apps" "CronJob" "batch") . }}
+{{- end }}
+
+{{/*
+The resources of the kinds the config names, by API group, as JSON
+{"apps": ["daemonsets", "deployments"], "batch": ["cronjobs"]}: `run`
+watches exactly these kinds, in every namespace of the config.
+*/}}
+{{- define "image-refresh.watched" -}}
+{{- $out := dict }}
+{{- range $ns, $info := include "image-refresh.workloads" . | fromJson }}
+{{- range $kind, $names := $info.kinds }}
+{{- $group := include "image-refresh.apiGroup" $kind }}
+{{- $_ := set $out $group (append (get $out $group | default (list)) (include "image-refresh.resource" $kind) | uniq | sortAlpha) }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
 {{- end }}
 
 {{/*

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// A CronJob is a target kind by one entry of internal/workload's kind
+// table plus its settledness rule (no rollout: settled once the write is
+// stored). The group below has only the CronJob, as anchor and target, so
+// every path runs on it: the state annotations, the pin under
+// spec.jobTemplate, the digest change, the revert seen by `run`'s watch.
+const cronGroup = `groups:
+  - name: nightly
+    anchor: {kind: CronJob, namespace: {{ns}}, name: nightly}
+    images:
+      - name: job
+        repository: {{reg}}/acme/job
+        tag: prod
+        targets:
+          - {kind: CronJob, namespace: {{ns}}, name: nightly, container: job}
+`
+
+// cronImage is the image of container of CronJob name.
+func (e *env) cronImage(name, container string) string {
+	e.t.Helper()
+	cj, err := e.c.Client.BatchV1().CronJobs(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, c := range cj.Spec.JobTemplate.Spec.Template.Spec.Containers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	e.t.Fatalf("CronJob %s has no container %s", name, container)
+	return ""
+}
+
+func (e *env) cronAnnotations(name string) map[string]string {
+	e.t.Helper()
+	cj, err := e.c.Client.BatchV1().CronJobs(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cj.Annotations
+}
+
+func TestTick_R5_R6_CronJobTargetIsPinnedAndFollowsItsTag(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("job", "prod")
+	tag := e.repo("job") + ":prod"
+	testenv.CronJob(t, e.c.Client, e.ns, "nightly", testenv.WithContainer("job", tag), testenv.WithContainer("sidecar", "example.invalid/side:v1"))
+	cfg := e.config(cronGroup)
+
+	e.pinAll(cfg)
+	if got := e.cronImage("nightly", "job"); got != tag+"@"+first {
+		t.Fatalf("after the first ticks the CronJob runs %s, want %s@%s", got, tag, first)
+	}
+	if got := e.cronAnnotations("nightly")[e.key("last-refreshed-job-digest")]; got != first {
+		t.Errorf("record on the CronJob anchor = %q, want %s", got, first)
+	}
+
+	next := e.push("job", "prod")
+	code, logs := e.tick(cfg)
+	if code != 0 {
+		t.Fatalf("tick after the tag moved: exit %d\n%s", code, logs)
+	}
+	if got := e.cronImage("nightly", "job"); got != tag+"@"+next {
+		t.Errorf("after the tag moved the CronJob runs %s, want %s@%s", got, tag, next)
+	}
+	if got := e.cronImage("nightly", "sidecar"); got != "example.invalid/side:v1" {
+		t.Errorf("the other container changed: %s (R16)", got)
+	}
+	ann := e.cronAnnotations("nightly")
+	if got := ann[e.key("last-refreshed-job-digest")]; got != next {
+		t.Errorf("record = %q, want %s: a CronJob is settled once its write is stored (R4, R6)", got, next)
+	}
+	if _, has := ann[e.key("refresh-attempt")]; has {
+		t.Errorf("attempt left on the anchor after a settled change: %v", ann)
+	}
+	if strings.Contains(logs, "not settled") {
+		t.Errorf("a CronJob was reported as not settled:\n%s", logs)
+	}
+}
+
+func TestRun_C1_ARevertOfACronJobIsRepinnedFromTheWatch(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("job", "prod")
+	tag := e.repo("job") + ":prod"
+	testenv.CronJob(t, e.c.Client, e.ns, "nightly", testenv.WithContainer("job", tag))
+	cfg := e.config(cronGroup)
+	e.pinAll(cfg)
+	pinned := tag + "@" + first
+
+	ctl := e.startRun(cfg, "--poll-interval", "1h")
+	ctl.waitReady(t)
+	ctl.waitPasses(t, "nightly", 0, 1)
+	e.writeImageAs("helm", "CronJob", "nightly", "job", tag)
+	took := eventually(t, 30*time.Second, "the CronJob's revert re-pinned", func() bool { return e.cronImage("nightly", "job") == pinned })
+	t.Logf("CronJob revert re-pinned %s after the write", took.Round(time.Millisecond))
+	eventually(t, 30*time.Second, "Repinned event naming helm on the CronJob", func() bool {
+		return hasEvent(e.events("nightly"), "Repinned", "helm")
+	})
+}
+
+// Events in `run` go through the manager's events.k8s.io recorder, which
+// folds a repeat into an EventSeries: a group that stays locked out is
+// reported on every pass (log), but its Event is written once, plus once
+// when the repeat starts a series, and then not again on every pass
+// (client-go's recorder refreshes a series every 30 minutes).
+func TestRun_R15_ALockedOutGroupDoesNotWriteAnEventOnEveryPass(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1))
+	e.settle("Deployment", "web")
+	cfg := e.config("groups:\n" + oneGroup("locked", "web", "web", "web"))
+	e.pinAll(cfg)
+	if got := e.image("web", "web"); got != tag+"@"+first {
+		t.Fatalf("setup: web runs %s", got)
+	}
+	e.annotate("web", map[string]*string{e.key("refresh-attempt"): ptr("3")})
+
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	eventually(t, 60*time.Second, "a RefreshLockedOut Event", func() bool {
+		return hasEvent(e.events("web"), "RefreshLockedOut", "rearm")
+	})
+	// The second report starts the series (one patch); wait past it.
+	from := ctl.waitPasses(t, "locked", 0, 3)
+	eventually(t, 30*time.Second, "the series of the repeated Event", func() bool {
+		for _, ev := range e.lockoutEvents() {
+			if ev.Series != nil && ev.Series.Count >= 2 {
+				return true
+			}
+		}
+		return false
+	})
+	before := e.lockoutEvents()
+	reports := strings.Count(ctl.Logs(), "LOCKED OUT")
+	ctl.waitPasses(t, "locked", from, 4)
+	// The passes reported the lockout each time: the recorder was called.
+	if now := strings.Count(ctl.Logs(), "LOCKED OUT"); now < reports+4 {
+		t.Fatalf("the lockout was reported %d more times in 4 passes, want at least 4: the check below would prove nothing", now-reports)
+	}
+	after := e.lockoutEvents()
+	if len(before) != 1 || len(after) != 1 {
+		t.Fatalf("RefreshLockedOut Events: %d, then %d; want exactly one", len(before), len(after))
+	}
+	if before[0].Name != after[0].Name || before[0].ResourceVersion != after[0].ResourceVersion {
+		t.Errorf("the Event was written again by later passes: %s rv %s -> %s rv %s",
+			before[0].Name, before[0].ResourceVersion, after[0].Name, after[0].ResourceVersion)
+	}
+}
+
+// lockoutEvents are the RefreshLockedOut Events of the namespace, through
+// the events.k8s.io API the controller records with.
+func (e *env) lockoutEvents() []eventsv1.Event {
+	e.t.Helper()
+	list, err := e.c.Client.EventsV1().Events(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, ev := range list.Items {
+		if ev.Reason == "RefreshLockedOut" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}

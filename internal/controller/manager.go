@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/poller"
+	irreconcile "github.com/image-refresh/image-refresh/internal/reconcile"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// Options are the settings of `run` that shape the controller.
+type Options struct {
+	// PollInterval is how often each repository:tag is resolved, and the
+	// resync period of every group.
+	PollInterval time.Duration
+	PollJitter   float64
+	// Workers is the number of groups reconciled in parallel.
+	Workers int
+	// FightMaxRounds and FightWindow bound a fight with another writer (C5).
+	FightMaxRounds int
+	FightWindow    time.Duration
+	// MetricsAddr and HealthAddr: "0" disables the endpoint.
+	MetricsAddr, HealthAddr string
+	// LeaderElect elects one active replica through a Lease (C3).
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	LeaseDuration           time.Duration
+}
+
+// Manager is the controller-runtime manager of `run` with the controller
+// registered: the one constructor used by `run`, the benchmarks and the
+// tests, so that what is measured is what ships.
+type Manager struct {
+	ctrl.Manager
+	Controller *Controller
+	synced     atomic.Bool
+}
+
+// Synced reports whether the informer caches of the watched kinds synced.
+func (m *Manager) Synced() bool { return m.synced.Load() }
+
+// NewManager builds (does not start) the manager of r's config on rc: the
+// informer cache of the configured namespaces and kinds, which the
+// runner's observation reads (no API request in a steady state), the
+// manager's aggregating event recorder, the poller, the controller, leader
+// election, /healthz and a /readyz that fails until the caches synced.
+func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, error) {
+	rc = rest.CopyConfig(rc)
+	// client-go's default (5 QPS) would make a resync over a few hundred
+	// workloads' writes take minutes; stay well under the API server's
+	// fairness.
+	rc.QPS, rc.Burst = 50, 100
+	p := &poller.Poller{
+		Interval: o.PollInterval, Jitter: o.PollJitter,
+		Resolve: func(ctx context.Context, img config.Image) (string, error) {
+			return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
+		},
+	}
+	c := New(r, p, o.PollInterval, o.FightMaxRounds, o.FightWindow)
+	namespaces := map[string]cache.Config{}
+	for _, ns := range Namespaces(r.Config) {
+		namespaces[ns] = cache.Config{}
+	}
+	lease := o.LeaseDuration
+	if lease <= 0 {
+		lease = 15 * time.Second
+	}
+	renew, retry := lease*2/3, lease/5
+	metricsAddr, healthAddr := o.MetricsAddr, o.HealthAddr
+	if metricsAddr == "" {
+		metricsAddr = "0"
+	}
+	if healthAddr == "" {
+		healthAddr = "0"
+	}
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+		Scheme:                        scheme.Scheme,
+		Cache:                         cache.Options{DefaultNamespaces: namespaces},
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        healthAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              "image-refresh",
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &lease,
+		RenewDeadline:                 &renew,
+		RetryPeriod:                   &retry,
+		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start the controller manager: %w", err)
+	}
+	// Observation reads come from the informer cache; writes and the reads
+	// of the write path stay direct.
+	r.Workloads.SetCache(mgr.GetCache())
+	r.Events = workload.Aggregating{Sink: mgr.GetEventRecorder(workload.Component)}
+	r.KeychainTTL = o.PollInterval
+	workers := max(o.Workers, 1)
+	if err := c.SetupWithManager(mgr, workers); err != nil {
+		return nil, err
+	}
+	m := &Manager{Manager: mgr, Controller: c}
+	if err := mgr.Add(cacheSynced{m: m, kinds: Kinds(r.Config)}); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("cache-synced", func(*http.Request) error {
+		if !m.Synced() {
+			return errors.New("informer caches not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// cacheSynced flips Synced once the informer caches have synced (/readyz).
+type cacheSynced struct {
+	m     *Manager
+	kinds []*workload.Kind
+}
+
+// Start creates the informers of the watched kinds on every replica (the
+// webhook reads anchors from them, and a standby takes over warm), so that
+// /readyz fails while list/watch is denied instead of passing before any
+// informer exists.
+func (c cacheSynced) Start(ctx context.Context) error {
+	for _, k := range c.kinds {
+		if _, err := c.m.GetCache().GetInformer(ctx, k.New()); err != nil {
+			return fmt.Errorf("watch %s: %w", k.Resource, err)
+		}
+	}
+	if c.m.GetCache().WaitForCacheSync(ctx) {
+		c.m.synced.Store(true)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (cacheSynced) NeedLeaderElection() bool { return false }
+
+func ptrDuration(d time.Duration) *time.Duration { return &d }
