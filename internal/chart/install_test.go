@@ -275,6 +275,9 @@ func TestInstall_CronJobRBACIsEnoughAndNoMore(t *testing.T) {
 		{"list", "", "secrets", w.ns, "", false},
 		{"get", "", "secrets", w.ns, "unlisted", false},
 		{"get", "", "pods", w.ns, "", false},
+		{"list", "", "pods", w.ns, "", true}, // what the targets' pods run (N1)
+		{"watch", "", "pods", w.ns, "", false},
+		{"list", "", "pods", other, "", false},
 		{"create", "", "events", other, "", false},
 		{"create", "coordination.k8s.io", "leases", w.releaseNS, "", false},
 		{"get", "", "configmaps", w.releaseNS, "ir-image-refresh", false},
@@ -307,6 +310,8 @@ func TestInstall_C1_C3_ControllerRBAC(t *testing.T) {
 		{"watch", "apps", "statefulsets", w.ns, "", false}, // the config names no StatefulSet: not watched
 		{"create", "events.k8s.io", "events", w.ns, "", true},
 		{"patch", "events.k8s.io", "events", w.ns, "", true},
+		{"watch", "", "pods", w.ns, "", true},
+		{"get", "", "pods", w.ns, "", false}, // list and watch only (N1)
 		{"create", "coordination.k8s.io", "leases", w.releaseNS, "", true},
 		{"update", "coordination.k8s.io", "leases", w.releaseNS, "image-refresh", true},
 		{"update", "coordination.k8s.io", "leases", w.releaseNS, "someone-else", false},

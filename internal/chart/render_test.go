@@ -110,6 +110,7 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 		got := map[string][]string{}
 		var listWatch []string
 		var events, seriesEvents, secrets bool
+		pods := ""
 		for _, r := range rules {
 			switch {
 			case workloadGroup(r.APIGroups) && slices.Equal(r.Verbs, []string{"get", "patch"}):
@@ -127,6 +128,8 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 				seriesEvents = slices.Equal(r.Verbs, []string{"create", "patch"})
 			case slices.Equal(r.Resources, []string{"events"}):
 				events = slices.Equal(r.Verbs, []string{"create", "get", "update"})
+			case slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"pods"}):
+				pods = strings.Join(r.Verbs, ",")
 			case slices.Equal(r.Resources, []string{"secrets"}):
 				secrets = true
 				if !slices.Equal(r.Verbs, []string{"get"}) || !slices.Equal(r.ResourceNames, []string{"regcred"}) {
@@ -147,6 +150,9 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 		}
 		if !events {
 			t.Errorf("%s: no events create/get/update rule%s", ns, fmtRules(rules))
+		}
+		if wantPods := map[bool]string{false: "list", true: "list,watch"}[md.controller]; pods != wantPods {
+			t.Errorf("%s: pods %q, want %q (N1 reads what the pods run)", ns, pods, wantPods)
 		}
 		if seriesEvents != md.controller {
 			t.Errorf("%s: events.k8s.io create/patch rule %v, want it in controller mode only%s", ns, seriesEvents, fmtRules(rules))

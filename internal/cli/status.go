@@ -64,13 +64,13 @@ remediation for anything not pinned (docs/states/). It writes nothing.`,
 // pinned is followed by its message and remediation.
 func printRows(w io.Writer, rows []refresh.Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tIMAGE\tTARGET\tSTATE\tDIGEST")
+	fmt.Fprintln(tw, "GROUP\tIMAGE\tTARGET\tSTATE\tDIGEST\tRUNNING")
 	for _, r := range rows {
 		digest := r.Latest
 		if r.Recorded != "" {
 			digest = r.Recorded
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 12), trunc(r.Image, 12), truncLeft(shortTarget(r.Target), 20), r.State, shortDigest(digest))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 10), trunc(r.Image, 10), truncLeft(shortTarget(r.Target), 16), r.State, shortDigest(digest), runningCell(r.Running))
 	}
 	tw.Flush()
 	for _, r := range rows {
@@ -79,6 +79,9 @@ func printRows(w io.Writer, rows []refresh.Row) {
 		}
 		fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s/%s %s: %s", r.Group, r.Image, r.State, r.Target), 78, "  "))
 		fmt.Fprintf(w, "  %s\n", wrap(r.Message, 76, "  "))
+		if strings.Contains(r.Running, "(") {
+			fmt.Fprintf(w, "  running: %s\n", wrap(r.Running, 67, "           "))
+		}
 		if r.Remediation != "" {
 			fmt.Fprintf(w, "  fix: %s\n", wrap(r.Remediation, 71, "       "))
 		}
@@ -115,6 +118,19 @@ func printPlans(w io.Writer, plans []*refresh.Plan) {
 			}
 		}
 	}
+}
+
+// runningCell is the RUNNING column: pods on the expected digest of those
+// of the current template ("2/3"; the pod and node off it are in the
+// detail lines), "-" when not checked (N1).
+func runningCell(running string) string {
+	if running == "" {
+		return "-"
+	}
+	if i := strings.Index(running, " ("); i >= 0 {
+		return running[:i] + "!"
+	}
+	return running
 }
 
 func show(v *string) string {

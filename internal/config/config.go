@@ -142,8 +142,12 @@ type Config struct {
 	// most this many rollouts per window; beyond it the image is held on
 	// its recorded digest, loudly. A DigestChangeWindow of 0 turns the
 	// bound off.
-	MaxDigestChanges   int                `yaml:"maxDigestChanges"`
-	DigestChangeWindow time.Duration      `yaml:"digestChangeWindow"`
+	MaxDigestChanges   int           `yaml:"maxDigestChanges"`
+	DigestChangeWindow time.Duration `yaml:"digestChangeWindow"`
+	// FailOnRunningStale makes a target whose pods run another digest than
+	// its pin (N1, running-stale) exit a tick 1. Off by default: the pin
+	// already fixes the next rollout, and the state is reported anyway.
+	FailOnRunningStale bool               `yaml:"failOnRunningStale"`
 	FirstInstall       FirstInstall       `yaml:"firstInstall"`
 	PinFormat          imageref.PinFormat `yaml:"pinFormat"`
 	Registries         []Registry         `yaml:"registries"`

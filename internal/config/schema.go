@@ -21,6 +21,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"digestChangeWindow": d.duration(&c.DigestChangeWindow),
 		"firstInstall":       d.str((*string)(&c.FirstInstall)),
 		"pinFormat":          d.str((*string)(&c.PinFormat)),
+		"failOnRunningStale": d.boolean(&c.FailOnRunningStale),
 		"registries": func(path string, n *yaml.Node) {
 			d.sequence(path, n, func(path string, n *yaml.Node) {
 				c.Registries = append(c.Registries, Registry{})

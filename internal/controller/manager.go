@@ -8,10 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -87,8 +89,12 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 		healthAddr = "0"
 	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
-		Scheme:                        scheme.Scheme,
-		Cache:                         cache.Options{DefaultNamespaces: namespaces},
+		Scheme: scheme.Scheme,
+		Cache: cache.Options{DefaultNamespaces: namespaces, ByObject: map[client.Object]cache.ByObject{
+			// The pods of the managed namespaces, for what they run (N1),
+			// kept with only the fields that check reads.
+			&corev1.Pod{}: {Transform: workload.StripPod},
+		}},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        healthAddr,
 		LeaderElection:                o.LeaderElect,
@@ -141,9 +147,9 @@ type cacheSynced struct {
 // /readyz fails while list/watch is denied instead of passing before any
 // informer exists.
 func (c cacheSynced) Start(ctx context.Context) error {
-	for _, k := range c.kinds {
-		if _, err := c.m.GetCache().GetInformer(ctx, k.New()); err != nil {
-			return fmt.Errorf("watch %s: %w", k.Resource, err)
+	for _, obj := range watched(c.kinds) {
+		if _, err := c.m.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("watch %T: %w", obj, err)
 		}
 	}
 	if c.m.GetCache().WaitForCacheSync(ctx) {
@@ -154,5 +160,20 @@ func (c cacheSynced) Start(ctx context.Context) error {
 }
 
 func (cacheSynced) NeedLeaderElection() bool { return false }
+
+// watched lists the objects `run` keeps informers for: the kinds the
+// config names, and pods when one of them has pods (N1).
+func watched(kinds []*workload.Kind) []client.Object {
+	var out []client.Object
+	pods := false
+	for _, k := range kinds {
+		out = append(out, k.New())
+		pods = pods || k.Pods
+	}
+	if pods {
+		out = append(out, &corev1.Pod{})
+	}
+	return out
+}
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }

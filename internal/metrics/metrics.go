@@ -14,6 +14,7 @@ import (
 type Metrics struct {
 	gatherer         prometheus.Gatherer
 	TargetOnDigest   *prometheus.GaugeVec
+	PodsOffDigest    *prometheus.GaugeVec
 	GroupLockedOut   *prometheus.GaugeVec
 	NeedsAttention   *prometheus.GaugeVec
 	Repins           *prometheus.CounterVec
@@ -41,6 +42,10 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		TargetOnDigest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_target_on_digest",
 			Help: "1 when the target container runs the recorded digest, else 0.",
+		}, []string{"group", "image", "namespace", "workload", "container"}),
+		PodsOffDigest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "image_refresh_pods_off_digest",
+			Help: "Pods of the target's current template whose runtime reports another digest than the target should run (N1).",
 		}, []string{"group", "image", "namespace", "workload", "container"}),
 		GroupLockedOut: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_group_locked_out",
@@ -89,6 +94,7 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		Help: "Admission requests the webhook allowed unchanged because of an internal error (fail open, B1); fix A re-pins what they missed.",
 	})
 	m.TargetOnDigest = register(reg, m.TargetOnDigest)
+	m.PodsOffDigest = register(reg, m.PodsOffDigest)
 	m.GroupLockedOut = register(reg, m.GroupLockedOut)
 	m.NeedsAttention = register(reg, m.NeedsAttention)
 	m.Repins = register(reg, m.Repins)

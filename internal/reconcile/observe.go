@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/registry"
@@ -52,6 +53,7 @@ type Runner struct {
 	mu        sync.Mutex
 	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
 	verified  map[string]string         // repository:tag → the digest verify last proved
+	indexes   map[string][]string       // repository@digest → its platform digests (N1)
 }
 
 // defaultKeychainTTL bounds how long a pull-secret keychain is reused when
@@ -137,6 +139,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		obs.AnchorErr = obs.Workloads[g.Anchor].Err
 	}
 	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
+	r.observePods(ctx, g, objs, &obs)
 	for _, img := range g.Images {
 		var kc authn.Keychain
 		keychain := func() authn.Keychain {
@@ -151,6 +154,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			res = r.verifyLatest(ctx, g, img, latest, res, keychain)
 		}
 		obs.Latest[img.Name] = res
+		r.observePlatforms(ctx, img, keys, keychain, &obs)
 		if res.Err != nil {
 			continue
 		}
@@ -166,6 +170,94 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		}
 	}
 	return Snapshot{Observation: obs, Objects: objs}
+}
+
+// observePods reads the pods of every target workload's current template
+// (N1): from the informer cache in `run`, one LIST per workload otherwise.
+func (r *Runner) observePods(ctx context.Context, g config.Group, objs map[config.Workload]*workload.Object, obs *refresh.Observation) {
+	obs.Pods = map[config.Workload]refresh.PodsRead{}
+	for _, img := range g.Images {
+		for _, t := range img.Targets {
+			w := t.Workload()
+			obj, ok := objs[w]
+			if _, done := obs.Pods[w]; done || !ok || obj.Selector == nil {
+				continue
+			}
+			pods, err := r.Workloads.Pods(ctx, obj)
+			read := refresh.PodsRead{Err: err}
+			for _, p := range pods {
+				read.Pods = append(read.Pods, refresh.RunningPod{Name: p.Name, Node: p.Node, ImageIDs: p.ImageIDs})
+			}
+			obs.Pods[w] = read
+		}
+	}
+}
+
+// observePlatforms finds, for an expected digest that a pod of img's
+// targets does not report, whether it is an image index and which platform
+// manifests it holds: a node runs one of those for a multi-arch pin (N1).
+// Only on such a mismatch, once per digest per process: a steady state
+// makes no registry request for it.
+func (r *Runner) observePlatforms(ctx context.Context, img config.Image, keys state.Keys, kc func() authn.Keychain, obs *refresh.Observation) {
+	recorded := obs.Anchor[keys.Record(img.Name)]
+	for _, t := range img.Targets {
+		live := obs.Workloads[t.Workload()].Containers[t.Container].Image
+		want := refresh.Expected(live, recorded)
+		if want == "" || obs.Platforms[want] != nil {
+			continue
+		}
+		if !podsOff(obs.Pods[t.Workload()], t.Container, want) {
+			continue
+		}
+		repo := img.Repository
+		if ref, err := imageref.Parse(live); err == nil {
+			repo = ref.Repository
+		}
+		platforms, err := r.platforms(ctx, repo, want, kc)
+		if err != nil {
+			r.Log.Warn("cannot read the manifest of the expected digest to tell its platforms; pods that report another digest are counted as off it",
+				"image", img.Name, "digest", want, "error", err)
+			continue
+		}
+		if obs.Platforms == nil {
+			obs.Platforms = map[string][]string{}
+		}
+		obs.Platforms[want] = platforms
+	}
+}
+
+func podsOff(read refresh.PodsRead, container, want string) bool {
+	for _, p := range read.Pods {
+		if got := refresh.RunningDigest(p.ImageIDs[container]); got != "" && got != want {
+			return true
+		}
+	}
+	return false
+}
+
+// platforms resolves repo@digest's platform digests once per process.
+func (r *Runner) platforms(ctx context.Context, repo, digest string, kc func() authn.Keychain) ([]string, error) {
+	key := repo + "@" + digest
+	r.mu.Lock()
+	got, ok := r.indexes[key]
+	r.mu.Unlock()
+	if ok {
+		return got, nil
+	}
+	got, err := r.Resolver.Platforms(ctx, repo, digest, kc())
+	if err != nil {
+		return nil, err
+	}
+	if got == nil {
+		got = []string{} // not an index: asked, and nothing to add
+	}
+	r.mu.Lock()
+	if r.indexes == nil {
+		r.indexes = map[string][]string{}
+	}
+	r.indexes[key] = got
+	r.mu.Unlock()
+	return got, nil
 }
 
 // verifyLatest verifies res, the answer latest gave for img (R1). An answer

@@ -155,7 +155,7 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 			msg = "NOTE: " + msg
 		}
 		r.Log.Log(ctx, level(f.Severity), msg, attrs...)
-		if f.NeedsHuman && !dryRun && anchor != nil {
+		if (f.NeedsHuman || f.Event) && !dryRun && anchor != nil {
 			msg := f.Message
 			if f.Remediation != "" {
 				msg += ". Remediation: " + f.Remediation
@@ -172,10 +172,10 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 		locked = 1
 	}
 	m.GroupLockedOut.WithLabelValues(p.Group).Set(locked)
-	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonRewriteFight} {
+	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonRewriteFight, refresh.ReasonRunningStale} {
 		v := 0.0
 		for _, f := range p.Findings {
-			if f.NeedsHuman && f.Reason == reason {
+			if (f.NeedsHuman || f.Event) && f.Reason == reason {
 				v = 1
 			}
 		}
@@ -191,6 +191,7 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 			on = 1
 		}
 		m.TargetOnDigest.WithLabelValues(p.Group, row.Image, t.Namespace, t.Name, t.Container).Set(on)
+		m.PodsOffDigest.WithLabelValues(p.Group, row.Image, t.Namespace, t.Name, t.Container).Set(float64(row.PodsOff))
 	}
 	m.LastTick.WithLabelValues(p.Group).Set(float64(time.Now().Unix()))
 	m.Passes.WithLabelValues(p.Group).Inc()

@@ -42,6 +42,7 @@ func Decide(s Settings, obs Observation) *Plan {
 		d.image(img)
 	}
 	d.gate(locked, blocked, notSettled)
+	d.running()
 	return d.p
 }
 

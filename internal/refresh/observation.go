@@ -43,6 +43,9 @@ type Settings struct {
 	// tick's wait would.
 	NoWait         bool
 	RolloutTimeout time.Duration
+	// FailOnRunningStale makes a running-stale target (N1) need a human:
+	// exit 1 in a tick.
+	FailOnRunningStale bool
 }
 
 // holderSlack covers clock skew between the machines two image-refresh
@@ -70,6 +73,7 @@ func SettingsFrom(cfg *config.Config, configPath string) Settings {
 		Now:                time.Now,
 		HolderTTL:          cfg.EffectiveTickTimeout() + holderSlack,
 		RolloutTimeout:     cfg.RolloutTimeout,
+		FailOnRunningStale: cfg.FailOnRunningStale,
 		RearmCommand: func(group string) string {
 			return fmt.Sprintf("image-refresh rearm --config %s --group %s", configPath, group)
 		},
@@ -101,6 +105,12 @@ type Observation struct {
 	// change its images (C6): a revert made while the workload was settled
 	// on its pin is re-pinned without waiting for the rollout it started.
 	Reverted map[config.Workload]Revert
+	// Pods holds, per target workload, the pods of its current template
+	// (N1); nil: not read (the check is skipped).
+	Pods map[config.Workload]PodsRead
+	// Platforms maps an expected digest that is an image index to its
+	// platform manifests' digests: a pod of a multi-arch pin reports one.
+	Platforms map[string][]string
 }
 
 // Revert is one write that changed a workload's container images, as the

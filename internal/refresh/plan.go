@@ -146,6 +146,7 @@ const (
 	ReasonRefreshError     = "RefreshError"
 	ReasonRewriteFight     = "ImageRewriteFight"
 	ReasonTagFlapping      = "TagFlapping"
+	ReasonRunningStale     = "RunningStale"
 )
 
 // Finding is one thing the operator is told. Non-benign findings
@@ -161,6 +162,9 @@ type Finding struct {
 	NeedsHuman  bool
 	// Writer names, for a fight (C5), the writer that rewrote the target.
 	Writer string
+	// Event: an Event on the anchor even when not NeedsHuman (N1's
+	// running-stale, which exits 1 only on request).
+	Event bool
 }
 
 // State of one target in `status`.
@@ -177,6 +181,7 @@ const (
 	StateHeld          State = "held"
 	StateUnreadable    State = "unreadable"
 	StateError         State = "error"
+	StateRunningStale  State = "running-stale"
 )
 
 // Row is one (group, image, target) line of `status`.
@@ -194,6 +199,13 @@ type Row struct {
 	SkipStreak  int    `json:"skipStreak"`
 	Message     string `json:"message"`
 	Remediation string `json:"remediation,omitempty"`
+	// Running is what the target's pods run (N1): "3/3" on the expected
+	// digest, "2/3 (node-2 …)" naming the first pod off it, "" when not
+	// checked.
+	Running     string `json:"running,omitempty"`
+	PodsOn      int    `json:"podsOn"`
+	PodsOff     int    `json:"podsOff"`
+	PodsUnknown int    `json:"podsUnknown"`
 
 	target config.Target
 }

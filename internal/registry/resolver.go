@@ -174,6 +174,48 @@ func (r *Resolver) Verify(ctx context.Context, repository, tag, digest string, k
 	return nil
 }
 
+// Platforms returns the digests of the platform manifests of
+// repository@digest when it is an image index (a multi-arch pin), and nil
+// for a single-platform manifest: a node runs one of them for a pin on the
+// index, and its pod reports that one as its imageID (N1). One GET.
+func (r *Resolver) Platforms(ctx context.Context, repository, digest string, kc authn.Keychain) ([]string, error) {
+	s := repository + "@" + digest
+	if _, err := imageref.ParseDigest(digest); err != nil {
+		return nil, &Error{Ref: s, Kind: KindInvalidDigest, Err: err}
+	}
+	route := r.route(repository)
+	ref, err := name.NewDigest(s, route.nameOptions()...)
+	if err != nil {
+		return nil, &Error{Ref: s, Kind: KindOther, Err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
+	if err != nil {
+		e := Classify(err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			e.Kind = KindTimeout
+		}
+		return nil, &Error{Ref: s, Kind: e.Kind, Status: e.Status, Err: fmt.Errorf("read the manifest: %w", err)}
+	}
+	if !desc.MediaType.IsIndex() {
+		return nil, nil
+	}
+	idx, err := desc.ImageIndex()
+	if err != nil {
+		return nil, &Error{Ref: s, Kind: KindOther, Err: err}
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, &Error{Ref: s, Kind: KindOther, Err: err}
+	}
+	out := make([]string, 0, len(m.Manifests))
+	for _, d := range m.Manifests {
+		out = append(out, d.Digest.String())
+	}
+	return out, nil
+}
+
 func (r *Resolver) route(repository string) hostRoute {
 	repo, err := name.NewRepository(repository)
 	if err != nil {

@@ -36,10 +36,14 @@ type Kind struct {
 	// root: the post-renderer walks it in YAML, the webhook and SetImages
 	// patch below it.
 	PodSpecPath []string
+	// Pods: the kind runs long-lived pods of its current template (not a
+	// CronJob's Jobs), whose running images N1 checks.
+	Pods bool
 
 	typ       reflect.Type
 	newObject func() client.Object
 	template  func(client.Object) *corev1.PodTemplateSpec
+	selector  func(client.Object) *metav1.LabelSelector
 	settled   func(client.Object) Settledness
 	get       func(ctx context.Context, kube kubernetes.Interface, namespace, name string) (client.Object, error)
 	patch     func(ctx context.Context, kube kubernetes.Interface, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (client.Object, error)
@@ -64,12 +68,13 @@ type typed[T client.Object] interface {
 // kind builds a table entry from the kind's typed client and accessors.
 func kind[T client.Object](name, group, resource string, path []string, newObject func() T,
 	clientFor func(kubernetes.Interface, string) typed[T],
-	template func(T) *corev1.PodTemplateSpec, settled func(T) Settledness) *Kind {
+	template func(T) *corev1.PodTemplateSpec, selector func(T) *metav1.LabelSelector, settled func(T) Settledness) *Kind {
 	return &Kind{
-		Name: name, Group: group, Version: "v1", Resource: resource, PodSpecPath: path,
+		Name: name, Group: group, Version: "v1", Resource: resource, PodSpecPath: path, Pods: true,
 		typ:       reflect.TypeOf(newObject()),
 		newObject: func() client.Object { return newObject() },
 		template:  func(o client.Object) *corev1.PodTemplateSpec { return template(o.(T)) },
+		selector:  func(o client.Object) *metav1.LabelSelector { return selector(o.(T)) },
 		settled:   func(o client.Object) Settledness { return settled(o.(T)) },
 		get: func(ctx context.Context, kube kubernetes.Interface, ns, n string) (client.Object, error) {
 			return clientFor(kube, ns).Get(ctx, n, metav1.GetOptions{})
@@ -87,20 +92,28 @@ var kinds = []*Kind{
 	kind(KindDeployment, "apps", "deployments", templatePath,
 		func() *appsv1.Deployment { return &appsv1.Deployment{} },
 		func(k kubernetes.Interface, ns string) typed[*appsv1.Deployment] { return k.AppsV1().Deployments(ns) },
-		func(d *appsv1.Deployment) *corev1.PodTemplateSpec { return &d.Spec.Template }, DeploymentSettled),
+		func(d *appsv1.Deployment) *corev1.PodTemplateSpec { return &d.Spec.Template },
+		func(d *appsv1.Deployment) *metav1.LabelSelector { return d.Spec.Selector }, DeploymentSettled),
 	kind(KindDaemonSet, "apps", "daemonsets", templatePath,
 		func() *appsv1.DaemonSet { return &appsv1.DaemonSet{} },
 		func(k kubernetes.Interface, ns string) typed[*appsv1.DaemonSet] { return k.AppsV1().DaemonSets(ns) },
-		func(d *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &d.Spec.Template }, DaemonSetSettled),
+		func(d *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &d.Spec.Template },
+		func(d *appsv1.DaemonSet) *metav1.LabelSelector { return d.Spec.Selector }, DaemonSetSettled),
 	kind(KindStatefulSet, "apps", "statefulsets", templatePath,
 		func() *appsv1.StatefulSet { return &appsv1.StatefulSet{} },
 		func(k kubernetes.Interface, ns string) typed[*appsv1.StatefulSet] { return k.AppsV1().StatefulSets(ns) },
-		func(s *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &s.Spec.Template }, StatefulSetSettled),
+		func(s *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &s.Spec.Template },
+		func(s *appsv1.StatefulSet) *metav1.LabelSelector { return s.Spec.Selector }, StatefulSetSettled),
 	kind(KindCronJob, "batch", "cronjobs", []string{"spec", "jobTemplate", "spec", "template", "spec"},
 		func() *batchv1.CronJob { return &batchv1.CronJob{} },
 		func(k kubernetes.Interface, ns string) typed[*batchv1.CronJob] { return k.BatchV1().CronJobs(ns) },
-		func(c *batchv1.CronJob) *corev1.PodTemplateSpec { return &c.Spec.JobTemplate.Spec.Template }, CronJobSettled),
+		func(c *batchv1.CronJob) *corev1.PodTemplateSpec { return &c.Spec.JobTemplate.Spec.Template },
+		// A CronJob's pods belong to its Jobs, which come and go: no
+		// long-running pods to check (N1).
+		func(*batchv1.CronJob) *metav1.LabelSelector { return nil }, CronJobSettled).withoutPods(),
 }
+
+func (k *Kind) withoutPods() *Kind { k.Pods = false; return k }
 
 // Kinds lists the supported kinds.
 func Kinds() []*Kind { return kinds }
@@ -161,7 +174,9 @@ func FromObject(obj client.Object) *Object {
 	if err != nil {
 		return nil
 	}
-	return newObject(k, meta, k.template(obj), k.settled(obj))
+	o := newObject(k, meta, k.template(obj), k.settled(obj))
+	o.Selector = k.selector(obj)
+	return o
 }
 
 func metaOf(obj client.Object) (*metav1.ObjectMeta, error) {

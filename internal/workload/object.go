@@ -24,6 +24,9 @@ type Object struct {
 	PullSecrets    []string // spec.template.spec.imagePullSecrets names
 	ServiceAccount string   // spec.template.spec.serviceAccountName
 	Settled        Settledness
+	// Selector selects the workload's pods; nil for a kind without
+	// long-running pods (CronJob).
+	Selector *metav1.LabelSelector
 }
 
 // Container is one container of the pod template.

@@ -1,0 +1,100 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Pod is what N1 needs of one pod of a workload: where it runs and, per
+// container, the image its runtime reports (status.containerStatuses
+// imageID, "" until the container started).
+type Pod struct {
+	Name, Node string
+	ImageIDs   map[string]string // container name → imageID
+}
+
+// Pods lists the pods of obj that run its current pod template's images
+// (a rollout's old pods are the rollout's business, R4): from the cache
+// when one is set (SetCache), else with one LIST by the workload's
+// selector. A kind without long-running pods (CronJob) has none.
+func (c *Client) Pods(ctx context.Context, obj *Object) ([]Pod, error) {
+	if obj == nil || obj.Selector == nil {
+		return nil, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(obj.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("pods of %s: selector: %w", obj.Ref, err)
+	}
+	var items []corev1.Pod
+	if c.cache != nil {
+		var list corev1.PodList
+		if err := c.cache.List(ctx, &list, client.InNamespace(obj.Ref.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return nil, fmt.Errorf("list the pods of %s from the cache: %w", obj.Ref, err)
+		}
+		items = list.Items
+	} else {
+		callCtx, cancel := c.bounded(ctx)
+		list, err := c.kube.CoreV1().Pods(obj.Ref.Namespace).List(callCtx, metav1.ListOptions{LabelSelector: sel.String()})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("list the pods of %s: %w", obj.Ref, err)
+		}
+		items = list.Items
+	}
+	var out []Pod
+	for i := range items {
+		p := &items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !current(obj, p) {
+			continue
+		}
+		pod := Pod{Name: p.Name, Node: p.Spec.NodeName, ImageIDs: map[string]string{}}
+		for _, cs := range p.Status.ContainerStatuses {
+			pod.ImageIDs[cs.Name] = cs.ImageID
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// current reports whether pod runs the images of obj's pod template.
+func current(obj *Object, pod *corev1.Pod) bool {
+	if len(pod.Spec.Containers) != len(obj.Containers) {
+		return false
+	}
+	for i, c := range pod.Spec.Containers {
+		if c.Name != obj.Containers[i].Name || c.Image != obj.Containers[i].Image {
+			return false
+		}
+	}
+	return true
+}
+
+// StripPod keeps of a pod what Pods reads, for the informer cache of
+// `run` (a cache.TransformFunc): the managed namespaces' pods cost a few
+// hundred bytes each instead of their whole spec and status.
+func StripPod(in any) (any, error) {
+	p, ok := in.(*corev1.Pod)
+	if !ok {
+		return in, nil
+	}
+	out := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	for _, c := range p.Spec.Containers {
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, ImageID: cs.ImageID})
+	}
+	return out, nil
+}
