@@ -257,8 +257,8 @@ func TestTick_InvalidConfigExits2AndWritesNothing(t *testing.T) {
 		},
 		"an unsupported kind names the field": {
 			body: strings.Replace(seedShape, target("requests-proxy", "proxy"),
-				"          - {kind: CronJob, namespace: {{ns}}, name: requests-proxy, container: proxy}\n", 1),
-			want: `groups[0].images[0].targets[1].kind: kind "CronJob" is not supported`,
+				"          - {kind: Job, namespace: {{ns}}, name: requests-proxy, container: proxy}\n", 1),
+			want: `groups[0].images[0].targets[1].kind: kind "Job" is not supported`,
 		},
 		"a duplicate image name names the field": {
 			body: seedShape + `      - name: api
