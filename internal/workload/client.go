@@ -1,6 +1,7 @@
-// Package workload reads and writes the Deployments, DaemonSets and
-// StatefulSets that image-refresh pins: it is the executor's hands. It reads
-// a workload into a snapshot (Object), changes image fields with an
+// Package workload reads and writes the workloads image-refresh pins (the
+// kinds of kinds.go: Deployments, DaemonSets, StatefulSets, CronJobs): it
+// is the executor's hands. It reads a workload into a snapshot (Object),
+// changes image fields with an
 // optimistic JSON patch (R9, R16), keeps its state annotations with a
 // compare-and-swap, waits for rollouts (R4) and records Events (R15). Every
 // API call is bounded (R14) and every write carries one field manager (R17).
@@ -35,8 +36,8 @@ var (
 	// image: a mutating admission webhook rewrote it (C5).
 	ErrRewritten = errors.New("the image was rewritten on admission")
 
-	// ErrUnsupportedKind means a Ref names a kind other than Deployment,
-	// DaemonSet or StatefulSet: a configuration error (R19).
+	// ErrUnsupportedKind means a Ref names a kind that is not in the kind
+	// table (kinds.go): a configuration error (R19).
 	ErrUnsupportedKind = errors.New("unsupported workload kind")
 
 	// ErrContainerNotFound means a workload has no container of the given
