@@ -60,6 +60,8 @@ type demo struct {
 	helm    *helm
 	config  string
 	digests map[string]string // image name → the digest :prod points to now
+	// staleBuild is the resource-monitor build node-2 keeps for :prod.
+	staleBuild string
 
 	repinLatency time.Duration
 	conflict     string  // Helm's field-manager conflict, if it hit one
@@ -140,6 +142,13 @@ func (d *demo) setup() {
 	for _, img := range images {
 		d.push(img)
 	}
+	// The seed's incident: node-2 pulled resource-monitor:prod before the
+	// tag moved, and its runtime keeps running that build for the tag.
+	monitor := d.repo(monitorTarget.image) + ":" + tag
+	d.staleBuild = d.digests[monitorTarget.image]
+	d.must(c.SetNodeImageCache("node-2", monitor, d.digests[monitorTarget.image]), "make node-2's image cache stale")
+	d.push(monitorTarget.image)
+	d.say("node-2 pulled %s before the tag moved: its cache still holds the old build.", monitor)
 
 	d.helm = &helm{n: d.narrator, bin: filepath.Join(d.o.binDir, "helm"), kubeconfig: c.Kubeconfig, home: filepath.Join(d.work, "helm")}
 	_, err = d.helm.run(d.ctx, releaseArgs("install", d.o.chart, d.reg.Host())...)

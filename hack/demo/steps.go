@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,11 +25,23 @@ func (d *demo) stepPin() {
 	d.expectImages(func(t target) string { return d.repo(t.image) + ":" + tag })
 	d.expectRecords()
 	d.expectRollouts(rs, 0, "digests recorded on the anchor, nothing rolled")
+	d.say("What runs on the nodes (N1): each pod's imageID, compared with the recorded digest.")
+	if st, running := d.running(monitorTarget); st != "running-stale" || !strings.Contains(running, "node-2: "+d.staleBuild) {
+		d.failf("resource-monitor: status says %s, running %q; want running-stale naming node-2 and its old build", st, running)
+	} else {
+		d.ok("resource-monitor is running-stale: %s (the seed's incident, visible)", running)
+	}
 
 	d.say("The next tick pins every target to the recorded digest (R7): one rollout per workload (R9).")
 	d.tick(0)
 	d.expectImages(d.pinnedTo)
 	d.expectRollouts(rs, 1, "every target pinned, one rollout each")
+	d.settleAll(60 * time.Second)
+	if st, running := d.running(monitorTarget); st != "pinned" || running != "3/3" {
+		d.failf("resource-monitor after the pin: %s, running %q; want pinned, 3/3", st, running)
+	} else {
+		d.ok("resource-monitor after the pin: every node runs the pinned digest (%s): node-2 had to pull it by digest", running)
+	}
 	d.say("Deployment jobs-manager, container api, pod template:")
 	d.say("  before: image: %s", before)
 	d.say("  after:  image: %s", d.live(api).Image)
@@ -229,6 +243,23 @@ func (d *demo) stepStatus() {
 		d.failf("status does not show every target pinned (%d of %d rows)", n, len(targets))
 	}
 	d.ok("every target pinned")
+}
+
+// running is the status state and RUNNING of t (N1), from status -o json.
+func (d *demo) running(t target) (state, running string) {
+	code, out, _ := d.imageRefresh("status", "--config", d.config, "-o", "json")
+	if code != 0 {
+		d.failf("status exited %d", code)
+	}
+	var rows []map[string]any
+	d.must(json.Unmarshal([]byte(out), &rows), "decode status -o json")
+	for _, r := range rows {
+		if strings.HasSuffix(fmt.Sprint(r["target"]), "/"+t.name+" container "+t.container) {
+			return fmt.Sprint(r["state"]), fmt.Sprint(r["running"])
+		}
+	}
+	d.failf("status has no row for %s", t)
+	return "", ""
 }
 
 func first(s []string) string {

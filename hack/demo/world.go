@@ -42,7 +42,8 @@ var (
 		{"Deployment", "requests-proxy", "proxy", "jobs-manager"},
 		{"DaemonSet", "resource-monitor", "monitor", "resource-monitor"},
 	}
-	workloads = []workload.Ref{api.ref(), targets[2].ref(), targets[3].ref()}
+	workloads     = []workload.Ref{api.ref(), targets[2].ref(), targets[3].ref()}
+	monitorTarget = targets[3]
 )
 
 // configText is the image-refresh config: one group (the Helm release)
