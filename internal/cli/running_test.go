@@ -207,3 +207,51 @@ func TestRun_N1_AStaleNodeIsReportedFromTheCache(t *testing.T) {
 		t.Errorf("image_refresh_pods_off_digest = %q", v)
 	}
 }
+
+// A node that goes down and comes back: while it is NotReady the
+// DaemonSet is not settled and the group skips (R4); once it is back the
+// harness's node re-reports its pod Ready (a kubelet does), the DaemonSet
+// settles again, and the next tick moves the group on by itself, with no
+// rearm.
+func TestTick_R4_N1_AGroupSkippingForANodeThatWasDownResumesByItself(t *testing.T) {
+	e := newEnv(t)
+	e.push("app", "prod")
+	tag := e.repo("app") + ":prod"
+	testenv.DaemonSet(t, e.c.Client, e.ns, "agent", testenv.WithContainer("app", tag), testenv.WithTolerateAll())
+	e.settle("DaemonSet", "agent")
+	cfg := e.config(runningGroup)
+	e.pinAll(cfg)
+
+	ctx := context.Background()
+	if err := e.c.NodeDown(ctx, "node-3"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.NodeUp(context.Background(), "node-3") })
+	eventually(t, 2*time.Minute, "the DaemonSet counts node-3's pod unavailable", func() bool {
+		ds := e.daemonSet("agent")
+		return ds.Status.NumberAvailable < ds.Status.DesiredNumberScheduled
+	})
+	next := e.push("app", "prod")
+	code, logs := e.tick(cfg)
+	if code != 0 || !strings.Contains(logs, "not settled") {
+		t.Fatalf("tick with node-3 down: exit %d, want 0 and a not-settled skip:\n%s", code, logs)
+	}
+	if got := e.daemonSet("agent").Annotations[e.key("refresh-skip-streak")]; got != "1" {
+		t.Errorf("skip streak %q, want 1", got)
+	}
+
+	if err := e.c.NodeUp(ctx, "node-3"); err != nil {
+		t.Fatal(err)
+	}
+	e.settle("DaemonSet", "agent")
+	if code, logs := e.tick(cfg); code != 0 {
+		t.Fatalf("tick after node-3 came back: exit %d\n%s", code, logs)
+	}
+	ds := e.daemonSet("agent")
+	if got := ds.Spec.Template.Spec.Containers[0].Image; got != tag+"@"+next {
+		t.Errorf("after node-3 came back the group did not move on by itself: %s, want %s@%s", got, tag, next)
+	}
+	if _, has := ds.Annotations[e.key("refresh-skip-streak")]; has || ds.Annotations[e.key("last-refreshed-app-digest")] != next {
+		t.Errorf("skip streak %q left, record %q; want cleared and %s", ds.Annotations[e.key("refresh-skip-streak")], ds.Annotations[e.key("last-refreshed-app-digest")], next)
+	}
+}
