@@ -457,3 +457,28 @@ func TestVerify_R1_HeadAndGetOfOneTagMustAgree(t *testing.T) {
 		t.Errorf("a hanging GET took %s to fail, want about the 300ms timeout (R14)", took)
 	}
 }
+
+// N1: the platform manifests of a pinned index are what its pods report.
+func TestPlatforms_N1_AnIndexListsItsPlatformManifestsAnImageNone(t *testing.T) {
+	s := testregistry.Start(t)
+	r := newResolver(t, Options{Hosts: []HostConfig{{Host: s.Host(), Insecure: true}}})
+	ctx := context.Background()
+	index := s.MustPushRandomIndex(t, "acme/multi", "prod", 3)
+	got, err := r.Platforms(ctx, s.Host()+"/acme/multi", index, nil)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Platforms of an index of 3 = %v, %v; want 3 digests", got, err)
+	}
+	for _, d := range got {
+		if has, err := r.Has(ctx, s.Host()+"/acme/multi", d, nil); !has || err != nil || d == index {
+			t.Errorf("platform %s: in the registry %v (%v); want a manifest other than the index", d, has, err)
+		}
+	}
+	single := s.MustPushRandomImage(t, "acme/single", "prod")
+	if got, err := r.Platforms(ctx, s.Host()+"/acme/single", single, nil); err != nil || got != nil {
+		t.Errorf("Platforms of a single image = %v, %v; want nil, nil", got, err)
+	}
+	_, err = r.Platforms(ctx, s.Host()+"/acme/multi", "sha256:"+strings.Repeat("0", 64), nil)
+	wantKind(t, err, KindNotFound)
+	_, err = r.Platforms(ctx, s.Host()+"/acme/multi", "not-a-digest", nil)
+	wantKind(t, err, KindInvalidDigest)
+}

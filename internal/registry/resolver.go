@@ -116,14 +116,9 @@ func (r *Resolver) Latest(ctx context.Context, repository, tag string, kc authn.
 // reference another registry (a mirror) serves. It returns (false, nil) only on
 // a definite 404, and (false, err) when it could not tell.
 func (r *Resolver) Has(ctx context.Context, repository, digest string, kc authn.Keychain) (bool, error) {
-	s := repository + "@" + digest
-	if _, err := imageref.ParseDigest(digest); err != nil {
-		return false, &Error{Ref: s, Kind: KindInvalidDigest, Err: err}
-	}
-	route := r.route(repository)
-	ref, err := name.NewDigest(s, route.nameOptions()...)
+	ref, route, err := r.digestRef(repository, digest)
 	if err != nil {
-		return false, &Error{Ref: s, Kind: KindOther, Err: err}
+		return false, err
 	}
 	if _, err := r.head(ctx, ref, route, kc); err != nil {
 		if e := Classify(err); e.Kind == KindNotFound {
@@ -156,11 +151,7 @@ func (r *Resolver) Verify(ctx context.Context, repository, tag, digest string, k
 	defer cancel()
 	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
 	if err != nil {
-		e := Classify(err)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			e.Kind = KindTimeout
-		}
-		return &Error{Ref: s, Kind: e.Kind, Status: e.Status, Err: fmt.Errorf("verify the HEAD's %s with a GET: %w", digest, err)}
+		return getFailure(ctx, s, fmt.Errorf("verify the HEAD's %s with a GET: %w", digest, err))
 	}
 	h, err := v1.Hasher(want.Algorithm)
 	if err != nil {
@@ -179,24 +170,16 @@ func (r *Resolver) Verify(ctx context.Context, repository, tag, digest string, k
 // for a single-platform manifest: a node runs one of them for a pin on the
 // index, and its pod reports that one as its imageID (N1). One GET.
 func (r *Resolver) Platforms(ctx context.Context, repository, digest string, kc authn.Keychain) ([]string, error) {
-	s := repository + "@" + digest
-	if _, err := imageref.ParseDigest(digest); err != nil {
-		return nil, &Error{Ref: s, Kind: KindInvalidDigest, Err: err}
-	}
-	route := r.route(repository)
-	ref, err := name.NewDigest(s, route.nameOptions()...)
+	ref, route, err := r.digestRef(repository, digest)
 	if err != nil {
-		return nil, &Error{Ref: s, Kind: KindOther, Err: err}
+		return nil, err
 	}
+	s := ref.String()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
 	if err != nil {
-		e := Classify(err)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			e.Kind = KindTimeout
-		}
-		return nil, &Error{Ref: s, Kind: e.Kind, Status: e.Status, Err: fmt.Errorf("read the manifest: %w", err)}
+		return nil, getFailure(ctx, s, fmt.Errorf("read the manifest: %w", err))
 	}
 	if !desc.MediaType.IsIndex() {
 		return nil, nil
@@ -214,6 +197,29 @@ func (r *Resolver) Platforms(ctx context.Context, repository, digest string, kc 
 		out = append(out, d.Digest.String())
 	}
 	return out, nil
+}
+
+// digestRef parses repository@digest for the host's route.
+func (r *Resolver) digestRef(repository, digest string) (name.Digest, hostRoute, error) {
+	s := repository + "@" + digest
+	if _, err := imageref.ParseDigest(digest); err != nil {
+		return name.Digest{}, hostRoute{}, &Error{Ref: s, Kind: KindInvalidDigest, Err: err}
+	}
+	route := r.route(repository)
+	ref, err := name.NewDigest(s, route.nameOptions()...)
+	if err != nil {
+		return name.Digest{}, hostRoute{}, &Error{Ref: s, Kind: KindOther, Err: err}
+	}
+	return ref, route, nil
+}
+
+// getFailure classifies a failed manifest GET of ref; err wraps the cause.
+func getFailure(ctx context.Context, ref string, err error) *Error {
+	e := Classify(err)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		e.Kind = KindTimeout
+	}
+	return &Error{Ref: ref, Kind: e.Kind, Status: e.Status, Err: err}
 }
 
 func (r *Resolver) route(repository string) hostRoute {
