@@ -43,22 +43,46 @@ func chartDir(t testing.TB) string {
 	return dir
 }
 
-// helm runs the real Helm CLI that hack/build-cluster.sh builds (Helm 4),
-// with its cache, config and data in the test's own directory and the
-// local cluster's admin kubeconfig.
+// helm runs a real Helm CLI that hack/build-cluster.sh builds (Helm 4 as
+// helm, Helm 3 as helm3), with its cache, config and data in the test's own
+// directory and the local cluster's admin kubeconfig.
 type helm struct {
 	t          testing.TB
 	bin, home  string
 	kubeconfig string
 }
 
-func newHelm(t testing.TB) *helm {
+// newHelm is Helm 4.
+func newHelm(t testing.TB) *helm { return newHelmMajor(t, 4) }
+
+// helmMajors are the Helm majors the install tests run under, by subtest
+// name.
+var helmMajors = []struct {
+	name  string
+	major int
+}{{"helm3", 3}, {"helm4", 4}}
+
+// newHelmMajor is the Helm CLI of that major; the test fails if the binary
+// is missing or of another major.
+func newHelmMajor(t testing.TB, major int) *helm {
 	t.Helper()
 	dir, err := testenv.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &helm{t: t, bin: filepath.Join(dir, "helm"), home: t.TempDir(), kubeconfig: testenv.Cluster(t).Kubeconfig}
+	name := "helm"
+	if major == 3 {
+		name = "helm3"
+	}
+	h := &helm{t: t, bin: filepath.Join(dir, name), home: t.TempDir(), kubeconfig: testenv.Cluster(t).Kubeconfig}
+	out, err := h.run("version", "--template", "{{.Version}}")
+	if err != nil {
+		t.Fatalf("%s (Helm %d): %v\n%s\nrun hack/build-cluster.sh", h.bin, major, err, out)
+	}
+	if want := fmt.Sprintf("v%d.", major); !strings.HasPrefix(out, want) {
+		t.Fatalf("%s is Helm %q, want %s*", h.bin, out, want)
+	}
+	return h
 }
 
 // run returns helm's combined output and its error.

@@ -41,9 +41,21 @@ type world struct {
 	digest    string // what acme/api:prod points to
 }
 
-func newWorld(t *testing.T) *world {
+// eachHelm runs test once per Helm major (subtests helm3 and helm4), each
+// with a world of its own installed by that Helm.
+func eachHelm(t *testing.T, test func(t *testing.T, w *world)) {
+	for _, m := range helmMajors {
+		t.Run(m.name, func(t *testing.T) {
+			start := time.Now()
+			test(t, newWorld(t, newHelmMajor(t, m.major)))
+			t.Logf("%s: %s", m.name, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+func newWorld(t *testing.T, h *helm) *world {
 	c := testenv.Cluster(t)
-	w := &world{t: t, c: c, h: newHelm(t), reg: testregistry.Start(t),
+	w := &world{t: t, c: c, h: h, reg: testregistry.Start(t),
 		ns: testenv.Namespace(t, c.Client), releaseNS: testenv.Namespace(t, c.Client)}
 	w.digest = w.reg.MustPushRandomImage(t, "acme/api", "prod")
 	return w
@@ -218,8 +230,9 @@ func (w *world) tick(args []string, kubeconfig string) {
 // Helm, runs the installed CronJob's tick in-process as the chart's
 // ServiceAccount until the target is pinned (R5, R7), and asks the API
 // server what that ServiceAccount can do beyond it.
-func TestInstall_CronJobRBACIsEnoughAndNoMore(t *testing.T) {
-	w := newWorld(t)
+func TestInstall_CronJobRBACIsEnoughAndNoMore(t *testing.T) { eachHelm(t, testInstallCronJobRBAC) }
+
+func testInstallCronJobRBAC(t *testing.T, w *world) {
 	other := testenv.Namespace(t, w.c.Client)
 	ctx := context.Background()
 	testenv.Deployment(t, w.c.Client, w.ns, "api", testenv.WithContainer("api", w.tagRef()), testenv.WithPullSecrets("regcred"))
@@ -289,8 +302,9 @@ func TestInstall_CronJobRBACIsEnoughAndNoMore(t *testing.T) {
 // in-process as the chart's ServiceAccount: its informers sync (list/watch),
 // it wins its Lease in the release namespace (C3), serves /readyz (C4) and
 // re-pins a revert within seconds (C1).
-func TestInstall_C1_C3_ControllerRBAC(t *testing.T) {
-	w := newWorld(t)
+func TestInstall_C1_C3_ControllerRBAC(t *testing.T) { eachHelm(t, testInstallControllerRBAC) }
+
+func testInstallControllerRBAC(t *testing.T, w *world) {
 	ctx := context.Background()
 	testenv.Deployment(t, w.c.Client, w.ns, "api", testenv.WithContainer("api", w.tagRef()))
 	if err := testenv.WaitSettled(ctx, w.c.Client, "Deployment", w.ns, "api", 60*time.Second); err != nil {
@@ -368,8 +382,9 @@ func TestInstall_C1_C3_ControllerRBAC(t *testing.T) {
 // webhook and runs the installed `run` as the chart's ServiceAccount: with
 // only get/update on the chart's own MutatingWebhookConfiguration it puts
 // its self-signed CA into the caBundle, and it can touch no other one.
-func TestInstall_B1_WebhookKeepsItsCABundle(t *testing.T) {
-	w := newWorld(t)
+func TestInstall_B1_WebhookKeepsItsCABundle(t *testing.T) { eachHelm(t, testInstallWebhookCABundle) }
+
+func testInstallWebhookCABundle(t *testing.T, w *world) {
 	ctx := context.Background()
 	testenv.Deployment(t, w.c.Client, w.ns, "api", testenv.WithContainer("api", w.tagRef()))
 	w.install(map[string]any{"mode": "controller", "webhook": map[string]any{"enabled": true}})

@@ -433,8 +433,10 @@ func (e *env) helmReinstall(h *helmCLI, release, chart, deploy string) (types.UI
 }
 
 func TestCluster_R7_RecreatedByHelmIsRepinned(t *testing.T) {
-	e := newEnv(t)
-	h := newHelm(t, e)
+	eachHelm(t, testClusterRecreatedByHelm)
+}
+
+func testClusterRecreatedByHelm(t *testing.T, e *env, h *helmCLI) {
 	digest, tag, cfg := e.hbSetup() // the anchor "state" lives outside the release
 	pinned := tag + "@" + digest
 	chart := hbChart(t, tag)
@@ -482,8 +484,10 @@ func TestCluster_R7_RecreatedByHelmIsRepinned(t *testing.T) {
 // (R7, wording of a fresh install). Nothing wedges, and a digest the
 // registry moved to while the anchor was gone is the one recorded.
 func TestCluster_R5_R7_AnchorRecreatedByHelmIsObservedAgainThenPinned(t *testing.T) {
-	e := newEnv(t)
-	h := newHelm(t, e)
+	eachHelm(t, testClusterAnchorRecreatedByHelm)
+}
+
+func testClusterAnchorRecreatedByHelm(t *testing.T, e *env, h *helmCLI) {
 	first := e.push("web", "prod")
 	tag := e.repo("web") + ":prod"
 	chart := hbChart(t, tag)
@@ -542,8 +546,10 @@ func TestCluster_R5_R7_AnchorRecreatedByHelmIsObservedAgainThenPinned(t *testing
 }
 
 func TestCluster_R7_HelmRollbackIsRepinned(t *testing.T) {
-	e := newEnv(t)
-	h := newHelm(t, e)
+	eachHelm(t, testClusterHelmRollback)
+}
+
+func testClusterHelmRollback(t *testing.T, e *env, h *helmCLI) {
 	first, tag, cfg := e.hbSetup()
 	chart := hbChart(t, tag)
 	// Revision 1 renders the bare tag; fix A pins it.
@@ -570,7 +576,8 @@ func TestCluster_R7_HelmRollbackIsRepinned(t *testing.T) {
 		history := e.watchDeployment("web")
 		// Helm 4 applies server-side; the image field is image-refresh's
 		// since the pin, so the rollback needs --force-conflicts (R17).
-		h.run("rollback", "web", c.revision, "-n", e.ns, "--force-conflicts")
+		// Helm 3's three-way merge patch reverts it without.
+		h.run(append([]string{"rollback", "web", c.revision, "-n", e.ns}, h.forceConflicts()...)...)
 		e.settle("Deployment", "web")
 		if got := e.image("web", "web"); got != c.renders {
 			t.Fatalf("setup: rollback to revision %s left web on %s, want %s", c.revision, got, c.renders)

@@ -16,7 +16,8 @@ import (
 	"github.com/image-refresh/image-refresh/internal/testenv"
 )
 
-// Fix B with the real Helm CLI (Helm 4.3 from hack/build-cluster.sh), the
+// Fix B with the real Helm CLI, each test once per major (subtests helm3
+// and helm4: Helm 3.21 and Helm 4.3, both from hack/build-cluster.sh), the
 // real API server and, for B1, the API server calling the real webhook of
 // `image-refresh run --webhook-port`. The release is the chart of hbChart:
 // one Deployment "web" whose template renders repo:tag. The group's anchor
@@ -183,8 +184,10 @@ func (h *deployHistory) stop() {
 }
 
 func TestHelm_B1_UpgradeWithTheWebhookNeverStoresTheTag(t *testing.T) {
-	e := newEnv(t)
-	h := newHelm(t, e)
+	eachHelm(t, testHelmB1)
+}
+
+func testHelmB1(t *testing.T, e *env, h *helmCLI) {
 	digest, tag, cfg := e.hbSetup()
 	pinned := tag + "@" + digest
 	chart := hbChart(t, tag)
@@ -211,10 +214,20 @@ func TestHelm_B1_UpgradeWithTheWebhookNeverStoresTheTag(t *testing.T) {
 	// the apply conflicts; the conflict is decided before admission, so the
 	// webhook cannot avoid it. --force-conflicts hands the field to helm,
 	// and the webhook rewrites the value helm applies before it is stored.
-	if out, err := h.try(nil, "upgrade", "web", chart, "-n", e.ns, "--set", "revision=2"); err == nil {
-		t.Errorf("helm upgrade without --force-conflicts succeeded; R17 (docs/field-ownership.md) says it conflicts:\n%s", out)
+	// Helm 3 patches client-side (an Update): no conflict, the plain
+	// upgrade goes through, and the webhook rewrites the tag it patches in.
+	out, err := h.try(nil, "upgrade", "web", chart, "-n", e.ns, "--set", "revision=2")
+	switch {
+	case h.major >= 4 && err == nil:
+		t.Errorf("Helm 4: helm upgrade without --force-conflicts succeeded; R17 (docs/field-ownership.md) says it conflicts:\n%s", out)
+	case h.major >= 4:
+		if !strings.Contains(out, `conflict with "image-refresh"`) {
+			t.Errorf("Helm 4: helm upgrade without --force-conflicts failed, but not on the image field image-refresh owns:\n%s", out)
+		}
+		h.run("upgrade", "web", chart, "-n", e.ns, "--set", "revision=2", "--force-conflicts")
+	case err != nil:
+		t.Fatalf("Helm 3: helm upgrade failed; a client-side patch has no field conflicts: %v\n%s", err, out)
 	}
-	h.run("upgrade", "web", chart, "-n", e.ns, "--set", "revision=2", "--force-conflicts")
 	e.settle("Deployment", "web")
 
 	after := e.deployment("web")
@@ -237,8 +250,8 @@ func TestHelm_B1_UpgradeWithTheWebhookNeverStoresTheTag(t *testing.T) {
 	if seen := bare.take(); len(seen) > 0 {
 		t.Errorf("the bare tag reached the cluster with the webhook in place: %q", seen)
 	}
-	if !appliedBy(after.ManagedFields, "helm") {
-		t.Errorf("helm did not write with server-side apply: %+v", after.ManagedFields)
+	if !h.wrote(after.ManagedFields) {
+		t.Errorf("Helm %d did not write web with %s: %+v", h.major, h.operation(), after.ManagedFields)
 	}
 	if got := whMetric(t, ctl, `image_refresh_admission_pins_total{group="web",image="web"}`) - pins; got < 1 {
 		t.Errorf("the webhook counted %v pins, want at least 1", got)
@@ -249,9 +262,11 @@ func TestHelm_B1_UpgradeWithTheWebhookNeverStoresTheTag(t *testing.T) {
 }
 
 func TestHelm_B3_RollbackToARevisionBeforeADigestChangeIsHealedByFixA(t *testing.T) {
+	eachHelm(t, testHelmB3)
+}
+
+func testHelmB3(t *testing.T, e *env, h *helmCLI) {
 	const poll = 10 * time.Second
-	e := newEnv(t)
-	h := newHelm(t, e)
 	old, tag, cfg := e.hbSetup()
 	chart := hbChart(t, tag)
 
@@ -275,9 +290,10 @@ func TestHelm_B3_RollbackToARevisionBeforeADigestChangeIsHealedByFixA(t *testing
 	history := e.watchDeployment("web")
 
 	// helm rollback re-applies revision 1's stored manifest: the old pin
-	// (Helm does not run post-renderers on rollback). --force-conflicts as
-	// in the upgrade above: image-refresh owns the image field now (R17).
-	h.run("rollback", "web", "1", "-n", e.ns, "--force-conflicts")
+	// (Helm does not run post-renderers on rollback). Helm 4 needs
+	// --force-conflicts: image-refresh owns the image field now (R17);
+	// Helm 3's three-way merge patch puts the old pin back without it.
+	h.run(append([]string{"rollback", "web", "1", "-n", e.ns}, h.forceConflicts()...)...)
 	start := time.Now()
 	took := eventually(t, poll, "fix A brings web back to the current digest", func() bool {
 		return e.image("web", "web") == tag+"@"+latest
@@ -297,9 +313,11 @@ func TestHelm_B3_RollbackToARevisionBeforeADigestChangeIsHealedByFixA(t *testing
 }
 
 func TestHelm_B2_FiftyUpgradesDoNotGrowReplicaSets(t *testing.T) {
+	eachHelm(t, testHelmB2)
+}
+
+func testHelmB2(t *testing.T, e *env, h *helmCLI) {
 	const upgrades = 50
-	e := newEnv(t)
-	h := newHelm(t, e)
 	first, tag, cfg := e.hbSetup()
 	chart := hbChart(t, tag)
 	pr := h.postRenderer(cfg, "--namespace="+e.ns)
@@ -347,5 +365,70 @@ func TestHelm_B2_FiftyUpgradesDoNotGrowReplicaSets(t *testing.T) {
 	}
 	if n := e.rollouts("web"); n != rs+1 {
 		t.Errorf("web's ReplicaSets %d -> %d across %d upgrades and one digest change, want exactly one more", rs, n, upgrades+3)
+	}
+}
+
+// A `helm upgrade` of a release whose image fix A pinned re-renders the
+// bare tag, and so does `helm upgrade --reset-then-reuse-values` with
+// nothing changed. What Helm does then differs by major
+// (docs/field-ownership.md): Helm 3 patches client-side, a three-way merge
+// of the last release, the new render and the live object, so it puts the
+// tag back even for an unchanged render, with no conflict; Helm 4 applies
+// server-side and is refused with a conflict on the field image-refresh
+// owns until --force-conflicts (R17), which then puts the tag back. Either
+// way one tick re-pins it and names helm as the writer (R7).
+func TestHelm_R7_R17_UpgradeRevertIsRepinned(t *testing.T) {
+	eachHelm(t, testHelmUpgradeRevert)
+}
+
+func testHelmUpgradeRevert(t *testing.T, e *env, h *helmCLI) {
+	digest, tag, cfg := e.hbSetup()
+	pinned := tag + "@" + digest
+	chart := hbChart(t, tag)
+	h.run("install", "web", chart, "-n", e.ns)
+	e.settle("Deployment", "web")
+	if code, _ := e.tick(cfg); code != 0 || e.image("web", "web") != pinned {
+		t.Fatalf("setup: the tick did not pin web: exit %d, %s", code, e.image("web", "web"))
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"helm upgrade --set revision=2", []string{"upgrade", "web", chart, "-n", e.ns, "--set", "revision=2"}},
+		{"helm upgrade --reset-then-reuse-values (an unchanged render)", []string{"upgrade", "web", chart, "-n", e.ns, "--reset-then-reuse-values"}},
+	} {
+		history := e.watchDeployment("web")
+		out, err := h.try(nil, c.args...)
+		if h.major >= 4 {
+			if err == nil || !strings.Contains(out, `conflict with "image-refresh"`) {
+				t.Errorf("Helm 4: %s: err %v, want a conflict with image-refresh on the pinned image (R17):\n%s", c.name, err, out)
+			}
+			if got := e.image("web", "web"); got != pinned {
+				t.Errorf("Helm 4: the refused %s changed web to %s", c.name, got)
+			}
+			out, err = h.try(nil, append(c.args, "--force-conflicts")...)
+		}
+		if err != nil {
+			t.Fatalf("Helm %d: %s %v: %v\n%s", h.major, c.name, h.forceConflicts(), err, out)
+		}
+		e.settle("Deployment", "web")
+		if got := e.image("web", "web"); got != tag {
+			t.Fatalf("Helm %d: %s %v left web on %s, want the bare tag %s (a revert)", h.major, c.name, h.forceConflicts(), got, tag)
+		}
+		if fields := e.deployment("web").ManagedFields; !h.wrote(fields) {
+			t.Errorf("Helm %d did not write web with %s: %+v", h.major, h.operation(), fields)
+		}
+		code, logs := e.tick(cfg)
+		if code != 0 || e.image("web", "web") != pinned {
+			t.Errorf("Helm %d: tick after %s: exit %d, web %s; want 0 and %s in one tick", h.major, c.name, code, e.image("web", "web"), pinned)
+		}
+		if len(logLines(logs, "INFO", "/web container web is not on the pinned digest", "last written by helm")) != 1 {
+			t.Errorf("Helm %d: %s: the re-pin is not logged naming helm:\n%s", h.major, c.name, logs)
+		}
+		trail := imageTrail(pinned, history.take(), "web")
+		if want := []string{pinned, tag, pinned}; fmt.Sprint(trail) != fmt.Sprint(want) {
+			t.Errorf("Helm %d: %s: web's image went %q, want %q (the revert, one re-pin)", h.major, c.name, trail, want)
+		}
+		t.Logf("Helm %d: %s %v reverted web to the tag; re-pinned in one tick", h.major, c.name, h.forceConflicts())
 	}
 }

@@ -570,59 +570,72 @@ func TestSecurity_R20_NoModeLeaksTheRegistryPassword(t *testing.T) {
 		t.Errorf("render: exit %d, want both targets pinned to %s:\n%s\n%s", code, d3, rendered, renderLogs)
 	}
 
-	// render as Helm's post-renderer (the plugin on Helm 4), through a
-	// wrapper that records the argv the plugin runs image-refresh with.
-	h := newHelm(t, l.env)
-	dir := t.TempDir()
-	argvLog, wrapper := filepath.Join(dir, "argv.log"), filepath.Join(dir, "image-refresh-argv")
-	script := "#!/bin/sh\n{ printf 'argv:'; for a in \"$@\"; do printf ' %s' \"$a\"; done; printf '\\n'; } >>'" + argvLog + "'\nexec '" + h.irBin + "' \"$@\"\n"
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var post []string
-	if h.major >= 4 {
-		post = []string{"--post-renderer", "image-refresh-render"}
-	} else {
-		post = []string{"--post-renderer", wrapper, "--post-renderer-args", "render"}
-	}
-	post = append(post, "--post-renderer-args", "--config="+renderCfg, "--post-renderer-args", "--namespace="+l.ns)
-	helmEnv := []string{"IMAGE_REFRESH_BIN=" + wrapper}
-	chart := webChart(t, tag)
-	for _, args := range [][]string{
-		append([]string{"template", "web", chart, "-n", l.ns}, post...),
-		append([]string{"upgrade", "--install", "web", chart, "-n", l.ns}, post...),
-	} {
-		out, err := h.try(helmEnv, args...)
+	// render as Helm's post-renderer (the plugin's script on Helm 3, the
+	// plugin on Helm 4), under each major, through a wrapper that records
+	// the argv image-refresh runs with. The release is removed between
+	// majors: both install Deployment web.
+	var h *helmCLI
+	for i, m := range helmMajors {
+		h = newHelm(t, l.env, m)
+		dir := t.TempDir()
+		argvLog, wrapper := filepath.Join(dir, "argv.log"), filepath.Join(dir, "image-refresh-argv")
+		script := "#!/bin/sh\n{ printf 'argv:'; for a in \"$@\"; do printf ' %s' \"$a\"; done; printf '\\n'; } >>'" + argvLog + "'\nexec '" + h.irBin + "' \"$@\"\n"
+		if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// Helm 3 discards a post-renderer's stderr unless it fails: it runs
+		// the plugin's script, which appends render's notes to
+		// IMAGE_REFRESH_RENDER_LOG, as docs/post-renderer.md says to keep them.
+		post := []string{"--post-renderer", "image-refresh-render"}
+		if h.major < 4 {
+			script, err := filepath.Abs(filepath.Join("..", "..", "plugins", "image-refresh-render", "render.sh"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			post = []string{"--post-renderer", script}
+		}
+		post = append(post, "--post-renderer-args", "--config="+renderCfg, "--post-renderer-args", "--namespace="+l.ns)
+		helmEnv := []string{"IMAGE_REFRESH_BIN=" + wrapper}
+		chart := webChart(t, tag)
+		for _, args := range [][]string{
+			append([]string{"template", "web", chart, "-n", l.ns}, post...),
+			append([]string{"upgrade", "--install", "web", chart, "-n", l.ns}, post...),
+		} {
+			out, err := h.try(helmEnv, args...)
+			if err != nil {
+				t.Fatalf("%s %s: %v\n%s\npost-renderer log:\n%s", m.name, args[0], err, out, h.renderLog())
+			}
+			// The manifests helm template prints are the post-renderer's output.
+			l.em.add("helm "+args[0]+" output (rendered manifests, "+m.name+")", out)
+			if args[0] == "template" && !strings.Contains(out, "image: "+tag+"@"+d3+"\n") {
+				t.Errorf("%s template with the post-renderer did not pin web:\n%s", m.name, out)
+			}
+		}
+		l.settle("Deployment", "web")
+		if got := l.image("web", "web"); got != tag+"@"+d3 {
+			t.Errorf("%s upgrade --install with the post-renderer stored web with %s, want %s", m.name, got, tag+"@"+d3)
+		}
+		l.em.add("stderr of render under helm ("+m.name+")", h.renderLog())
+		if !strings.Contains(h.renderLog(), "pinned to the recorded digest") {
+			t.Errorf("the post-renderer under %s logged no pin:\n%s", m.name, h.renderLog())
+		}
+		argv, err := os.ReadFile(argvLog)
 		if err != nil {
-			t.Fatalf("helm %s: %v\n%s\npost-renderer log:\n%s", args[0], err, out, h.renderLog())
+			t.Fatalf("the wrapper never ran under %s: %v", m.name, err)
 		}
-		// The manifests helm template prints are the post-renderer's output.
-		l.em.add("helm "+args[0]+" output (rendered manifests)", out)
-		if args[0] == "template" && !strings.Contains(out, "image: "+tag+"@"+d3+"\n") {
-			t.Errorf("helm template with the post-renderer did not pin web:\n%s", out)
+		lines := strings.Split(strings.TrimSpace(string(argv)), "\n")
+		for _, line := range lines {
+			if !strings.HasPrefix(line, "argv: render ") {
+				t.Errorf("%s ran image-refresh as %q, want render and its flags", m.name, line)
+			}
+			l.em.add("argv of render under helm ("+m.name+")", line)
 		}
-	}
-	l.settle("Deployment", "web")
-	if got := l.image("web", "web"); got != tag+"@"+d3 {
-		t.Errorf("helm upgrade --install with the post-renderer stored web with %s, want %s", got, tag+"@"+d3)
-	}
-	l.em.add("stderr of render under helm", h.renderLog())
-	if !strings.Contains(h.renderLog(), "pinned to the recorded digest") {
-		t.Errorf("the post-renderer under helm logged no pin:\n%s", h.renderLog())
-	}
-	argv, err := os.ReadFile(argvLog)
-	if err != nil {
-		t.Fatalf("the wrapper never ran: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(argv)), "\n")
-	for _, line := range lines {
-		if !strings.HasPrefix(line, "argv: render ") {
-			t.Errorf("the plugin ran image-refresh as %q, want render and its flags", line)
+		if len(lines) != 2 {
+			t.Errorf("image-refresh ran %d times under %s, want 2 (template, install):\n%s", len(lines), m.name, argv)
 		}
-		l.em.add("argv of render under helm", line)
-	}
-	if len(lines) != 2 {
-		t.Errorf("image-refresh ran %d times under helm, want 2 (template, install):\n%s", len(lines), argv)
+		if i < len(helmMajors)-1 {
+			h.run("uninstall", "web", "-n", l.ns, "--wait")
+		}
 	}
 	// Helm's release Secret (sh.helm.release.v1.web.v1) is not checked: it is
 	// Helm's (gzip+base64 of the release), and the manifest in it is the
@@ -653,10 +666,15 @@ func TestSecurity_R20_NoModeLeaksTheRegistryPassword(t *testing.T) {
 
 	l.em.add("the test process's stderr (klog, stray prints)", stopCapture())
 
-	// Every mode emitted something, and Events of every kind were seen.
-	for _, prefix := range []string{"stderr of tick", "stdout of status", "stdout of rearm", "logs of run", "/metrics",
-		"stdout of render", "stderr of render under helm", "argv of render under helm", "helm template output",
-		"stdout of version", "Event ", "events.k8s.io Event ", "Lease ", "Pod ", "ReplicaSet ", "DaemonSet ", "ControllerRevision ", "MutatingWebhookConfiguration"} {
+	// Every mode emitted something, under each Helm major too, and Events
+	// of every kind were seen.
+	prefixes := []string{"stderr of tick", "stdout of status", "stdout of rearm", "logs of run", "/metrics", "stdout of render",
+		"stdout of version", "Event ", "events.k8s.io Event ", "Lease ", "Pod ", "ReplicaSet ", "DaemonSet ", "ControllerRevision ", "MutatingWebhookConfiguration"}
+	for _, m := range helmMajors {
+		prefixes = append(prefixes, "stderr of render under helm ("+m.name+")", "argv of render under helm ("+m.name+")",
+			"helm template output (rendered manifests, "+m.name+")")
+	}
+	for _, prefix := range prefixes {
 		if l.em.count(prefix) == 0 {
 			t.Errorf("nothing collected from %q: the check below would be vacuous", prefix)
 		}

@@ -383,6 +383,31 @@ func lineDiff(want, got []byte) string {
 	return b.String()
 }
 
+// helmMajor is one Helm CLI the Helm tests run. hack/build-cluster.sh
+// builds both next to the cluster binaries: Helm 4 as helm, Helm 3 as helm3.
+type helmMajor struct {
+	name  string // the subtest's name
+	bin   string // the binary's name in the cluster bin dir (or on PATH)
+	major int
+}
+
+// helmMajors are the Helm majors every Helm test runs under: Helm 3, what
+// most clusters run, and Helm 4.
+var helmMajors = []helmMajor{{"helm3", "helm3", 3}, {"helm4", "helm", 4}}
+
+// eachHelm runs test once per Helm major, as the subtests helm3 and helm4,
+// each in an env (namespace, registry) of its own.
+func eachHelm(t *testing.T, test func(t *testing.T, e *env, h *helmCLI)) {
+	for _, m := range helmMajors {
+		t.Run(m.name, func(t *testing.T) {
+			e := newEnv(t)
+			start := time.Now()
+			test(t, e, newHelm(t, e, m))
+			t.Logf("%s: %s", m.name, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
 // helmCLI runs the real Helm CLI against the test cluster, with its homes
 // in a temporary directory, the image-refresh binary on PATH and, for Helm
 // 4, the post-renderer plugin of plugins/image-refresh-render installed.
@@ -393,22 +418,24 @@ type helmCLI struct {
 	env    []string
 	irBin  string // the image-refresh binary
 	logPth string // IMAGE_REFRESH_RENDER_LOG: Helm 4 discards a plugin's stderr
+	data   string // HELM_DATA_HOME: the plugins
 }
 
-// newHelm finds helm next to the cluster binaries (hack/build-cluster.sh
-// builds it, and testenv.Main runs that script), else on PATH. Without one
-// the test fails: it never passes without having run Helm.
-func newHelm(t *testing.T, e *env) *helmCLI {
+// newHelm finds m's binary next to the cluster binaries (hack/build-cluster.sh
+// builds it, and testenv.Main runs that script), else on PATH, and checks
+// that it is of m's major. Without one the test fails: it never passes
+// without having run that Helm.
+func newHelm(t *testing.T, e *env, m helmMajor) *helmCLI {
 	t.Helper()
-	bin, err := exec.LookPath(filepath.Join(e.c.BinDir, "helm"))
+	bin, err := exec.LookPath(filepath.Join(e.c.BinDir, m.bin))
 	if err != nil {
-		bin, err = exec.LookPath("helm")
+		bin, err = exec.LookPath(m.bin)
 	}
 	if err != nil {
-		t.Fatalf("no helm binary in %s or on PATH: run hack/build-cluster.sh", e.c.BinDir)
+		t.Fatalf("no %s binary (Helm %d) in %s or on PATH: run hack/build-cluster.sh", m.bin, m.major, e.c.BinDir)
 	}
 	dir := t.TempDir()
-	h := &helmCLI{t: t, bin: bin, irBin: filepath.Join(dir, "bin", "image-refresh"), logPth: filepath.Join(dir, "render.log")}
+	h := &helmCLI{t: t, bin: bin, irBin: filepath.Join(dir, "bin", "image-refresh"), logPth: filepath.Join(dir, "render.log"), data: filepath.Join(dir, "data")}
 	build := exec.Command("go", "build", "-o", h.irBin, "github.com/image-refresh/image-refresh")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build image-refresh: %v\n%s", err, out)
@@ -417,12 +444,16 @@ func newHelm(t *testing.T, e *env) *helmCLI {
 		"KUBECONFIG="+e.kubeconfig,
 		"HELM_CACHE_HOME="+filepath.Join(dir, "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(dir, "config"),
-		"HELM_DATA_HOME="+filepath.Join(dir, "data"),
+		"HELM_DATA_HOME="+h.data,
 		"PATH="+filepath.Dir(h.irBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"IMAGE_REFRESH_RENDER_LOG="+h.logPth,
 	)
 	version := strings.TrimPrefix(strings.TrimSpace(h.run("version", "--template", "{{.Version}}")), "v")
 	h.major, _ = strconv.Atoi(strings.SplitN(version, ".", 2)[0])
+	if h.major != m.major {
+		t.Fatalf("%s is Helm %q, want Helm %d", bin, version, m.major)
+	}
+	t.Logf("Helm %s (%s)", version, bin)
 	if h.major >= 4 {
 		plugin, err := filepath.Abs(filepath.Join("..", "..", "plugins", "image-refresh-render"))
 		if err != nil {
@@ -447,27 +478,35 @@ func (h *helmCLI) run(args ...string) string {
 // on failure).
 func (h *helmCLI) try(extraEnv []string, args ...string) (string, error) {
 	h.t.Helper()
+	stdout, stderr, err := h.exec(extraEnv, args...)
+	if err != nil {
+		return stdout + stderr, err
+	}
+	return stdout, nil
+}
+
+// exec runs helm with extra environment (a variable given twice takes the
+// last value) and returns its stdout and stderr.
+func (h *helmCLI) exec(extraEnv []string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, h.bin, args...)
 	cmd.Env = append(append([]string(nil), h.env...), extraEnv...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err != nil {
-		return stdout.String() + stderr.String(), err
-	}
-	return stdout.String(), nil
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
-// postRenderer returns the flags that run `image-refresh render`: the
-// plugin on Helm 4, the binary itself on Helm 3 (>= 3.10).
+// postRenderer returns the flags that run `image-refresh render`, as
+// docs/post-renderer.md gives them: the plugin on Helm 4, the binary on
+// PATH itself on Helm 3 (>= 3.10).
 func (h *helmCLI) postRenderer(cfg string, extra ...string) []string {
 	var args []string
 	if h.major >= 4 {
 		args = []string{"--post-renderer", "image-refresh-render"}
 	} else {
-		args = []string{"--post-renderer", h.irBin, "--post-renderer-args", "render"}
+		args = []string{"--post-renderer", "image-refresh", "--post-renderer-args", "render"}
 	}
 	for _, a := range append([]string{"--config=" + cfg}, extra...) {
 		args = append(args, "--post-renderer-args", a)
@@ -620,8 +659,10 @@ func (w *bareTagWatch) stop() {
 }
 
 func TestRender_B2_HelmWithThePostRendererNeverDeploysTheBareTag(t *testing.T) {
-	e := newEnv(t)
-	h := newHelm(t, e)
+	eachHelm(t, testRenderB2)
+}
+
+func testRenderB2(t *testing.T, e *env, h *helmCLI) {
 	digest := e.push("web", "prod")
 	tag := e.repo("web") + ":prod"
 	pinned := tag + "@" + digest
@@ -668,8 +709,28 @@ func TestRender_B2_HelmWithThePostRendererNeverDeploysTheBareTag(t *testing.T) {
 	if got := e.image("web", "web"); got != pinned {
 		t.Fatalf("after helm install web runs %s, want %s\npost-renderer log:\n%s", got, pinned, h.renderLog())
 	}
-	if !strings.Contains(h.renderLog(), "pinned to the recorded digest") {
-		t.Errorf("the post-renderer logged no pin:\n%s", h.renderLog())
+	if h.major >= 4 {
+		if !strings.Contains(h.renderLog(), "pinned to the recorded digest") {
+			t.Errorf("the post-renderer logged no pin:\n%s", h.renderLog())
+		}
+	} else {
+		// Helm 3 shows a post-renderer's stderr only when it fails, so the
+		// binary's notes are gone; the wrapper script keeps them, and takes
+		// the config and namespace from the environment (docs/post-renderer.md).
+		if log := h.renderLog(); log != "" {
+			t.Errorf("Helm 3 ran the binary itself, yet something wrote the render log:\n%s", log)
+		}
+		script, err := filepath.Abs(filepath.Join("..", "..", "plugins", "image-refresh-render", "render.sh"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := h.try([]string{"IMAGE_REFRESH_CONFIG=" + cfg, "HELM_NAMESPACE=" + e.ns}, "template", "web", chart, "--post-renderer", script)
+		if err != nil || !strings.Contains(out, "image: "+pinned+"\n") {
+			t.Errorf("helm template --post-renderer render.sh did not pin web: %v\n%s", err, out)
+		}
+		if !strings.Contains(h.renderLog(), "pinned to the recorded digest") {
+			t.Errorf("the wrapper script under Helm 3 logged no pin:\n%s", h.renderLog())
+		}
 	}
 
 	// Fix A agrees: nothing to do on web (R9), so B and A do not fight.
@@ -713,19 +774,54 @@ func TestRender_B2_HelmWithThePostRendererNeverDeploysTheBareTag(t *testing.T) {
 	watch.take()
 
 	// With the post-renderer again, the upgrade writes the value fix A
-	// wrote: no bare tag, and, under Helm 4's server-side apply, no field
-	// conflict with image-refresh's write and no --force-conflicts (R17).
+	// wrote: no bare tag, and no --force-conflicts. Under Helm 4's
+	// server-side apply that means no field conflict with image-refresh's
+	// write (R17); Helm 3 patches client-side, where no conflict exists.
 	h.run(append([]string{"upgrade", "web", chart, "-n", e.ns, "--set", "revision=4"}, h.postRenderer(cfg, "--namespace="+e.ns)...)...)
 	e.settle("Deployment", "web")
 	if got := e.image("web", "web"); got != pinned {
 		t.Errorf("after the last helm upgrade web runs %s, want %s", got, pinned)
 	}
-	if h.major >= 4 && !appliedBy(e.deployment("web").ManagedFields, "helm") {
-		t.Errorf("Helm 4 did not use server-side apply; the no-conflict claim above is untested: %+v", e.deployment("web").ManagedFields)
+	if fields := e.deployment("web").ManagedFields; !h.wrote(fields) {
+		t.Errorf("Helm %d did not write web with %s: %+v", h.major, h.operation(), fields)
 	}
 	if seen := watch.take(); len(seen) > 0 {
 		t.Errorf("the bare tag was deployed with the post-renderer in place: %q", seen)
 	}
+}
+
+// Helm 3 and Helm 4 share the plugin directory ($HELM_DATA_HOME/plugins).
+// With Helm 4's post-renderer plugin installed there, Helm 3 cannot load it
+// and says so on every command, and the documented Helm 3 invocation (the
+// binary as --post-renderer) still pins (docs/post-renderer.md).
+func TestRender_B2_Helm3BesideHelm4sPluginStillPins(t *testing.T) {
+	e := newEnv(t)
+	digest, tag, cfg := e.hbSetup()
+	h4 := newHelm(t, e, helmMajors[1]) // installs the plugin
+	h3 := newHelm(t, e, helmMajors[0])
+	if _, err := os.Stat(filepath.Join(h4.data, "plugins", "image-refresh-render", "plugin.yaml")); err != nil {
+		t.Fatalf("setup: Helm 4 did not install the plugin: %v", err)
+	}
+	shared := []string{"HELM_DATA_HOME=" + h4.data}
+	chart := hbChart(t, tag)
+
+	// In a data home of its own, Helm 3 refuses to install the plugin.
+	stdout, stderr, err := h3.exec(nil, "plugin", "install", filepath.Join("..", "..", "plugins", "image-refresh-render"))
+	if err == nil || !strings.Contains(stdout+stderr, `unknown field "apiVersion"`) {
+		t.Errorf("helm3 plugin install of the Helm 4 plugin: %v, want the error docs/post-renderer.md quotes:\n%s%s", err, stdout, stderr)
+	}
+
+	stdout, stderr, err = h3.exec(shared, append([]string{"template", "web", chart, "-n", e.ns}, h3.postRenderer(cfg, "--namespace="+e.ns)...)...)
+	if err != nil {
+		t.Fatalf("helm3 template with the post-renderer beside Helm 4's plugin: %v\n%s%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "image: "+tag+"@"+digest+"\n") {
+		t.Errorf("helm3 template did not pin web:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, "failed to load plugins") || !strings.Contains(stderr, "image-refresh-render") {
+		t.Errorf("Helm 3 did not report the plugin it cannot load; docs/post-renderer.md says it does:\n%s", stderr)
+	}
+	t.Logf("helm3 stderr beside Helm 4's plugin:\n%s", stderr)
 }
 
 // sameObjects reports whether two manifest streams hold the same objects,
@@ -751,12 +847,38 @@ func sameObjects(t *testing.T, a, b string) bool {
 	return reflect.DeepEqual(decode(a), decode(b))
 }
 
-// appliedBy reports whether manager wrote the object with server-side apply.
-func appliedBy(fields []metav1.ManagedFieldsEntry, manager string) bool {
+// writtenBy reports whether manager wrote the object with operation op.
+func writtenBy(fields []metav1.ManagedFieldsEntry, manager string, op metav1.ManagedFieldsOperationType) bool {
 	for _, f := range fields {
-		if f.Manager == manager && f.Operation == metav1.ManagedFieldsOperationApply {
+		if f.Manager == manager && f.Operation == op {
 			return true
 		}
 	}
 	return false
+}
+
+// operation is how helm writes a workload: Helm 4 with server-side apply
+// (Apply), Helm 3 with a client-side three-way merge patch (Update). Both
+// name their field manager "helm".
+func (h *helmCLI) operation() metav1.ManagedFieldsOperationType {
+	if h.major >= 4 {
+		return metav1.ManagedFieldsOperationApply
+	}
+	return metav1.ManagedFieldsOperationUpdate
+}
+
+// wrote reports whether helm wrote the object the way its major writes.
+func (h *helmCLI) wrote(fields []metav1.ManagedFieldsEntry) bool {
+	return writtenBy(fields, "helm", h.operation())
+}
+
+// forceConflicts is what a Helm upgrade or rollback of a field that
+// image-refresh owns needs: --force-conflicts under Helm 4's server-side
+// apply (R17); nothing under Helm 3, which has no such flag and no
+// conflicts.
+func (h *helmCLI) forceConflicts() []string {
+	if h.major >= 4 {
+		return []string{"--force-conflicts"}
+	}
+	return nil
 }
