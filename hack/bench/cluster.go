@@ -181,10 +181,11 @@ type group struct {
 	targets         []string
 }
 
-// configYAML renders an image-refresh config for the groups.
-func (w *world) configYAML(groups []group) []byte {
+// configYAML renders an image-refresh config for the groups; extra is
+// more top-level settings (YAML lines), or "".
+func (w *world) configYAML(groups []group, extra string) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "annotationPrefix: %s\nrolloutTimeout: 5m\nregistryTimeout: 5s\n", prefix)
+	fmt.Fprintf(&b, "annotationPrefix: %s\nrolloutTimeout: 5m\nregistryTimeout: 5s\n%s", prefix, extra)
 	fmt.Fprintf(&b, "registries:\n  - host: %s\n    insecure: true\ngroups:\n", w.reg.Host())
 	for _, g := range groups {
 		fmt.Fprintf(&b, "  - name: %s\n    anchor: {kind: Deployment, namespace: %s, name: %s}\n", g.name, g.ns, g.targets[0])

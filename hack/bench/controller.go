@@ -200,6 +200,8 @@ type ctlOptions struct {
 	// fightMaxRounds: the latency run reverts the same target a hundred
 	// times on purpose; C5 would rightly stop re-pinning after a few.
 	fightMaxRounds int
+	// config: more top-level config settings (YAML lines).
+	config string
 }
 
 // bench is one image-refresh controller built as internal/cli/run.go
@@ -224,7 +226,7 @@ type bench struct {
 
 // newController builds (does not start) a controller for the groups.
 func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
-	cfg, err := config.Parse(w.configYAML(groups), "bench.yaml")
+	cfg, err := config.Parse(w.configYAML(groups, o.config), "bench.yaml")
 	if err != nil {
 		return nil, err
 	}
