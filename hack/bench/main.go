@@ -78,7 +78,7 @@ func main() {
 		}
 		o.workloads = n
 	}
-	flag.IntVar(&o.workloads, "workloads", o.workloads, "zero-replica workloads of the scale phase (default 10000, or $BENCH_WORKLOADS)")
+	flag.IntVar(&o.workloads, "workloads", o.workloads, "zero-replica workloads of the scale phase ($BENCH_WORKLOADS sets the default)")
 	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
 	flag.Parse()
 
