@@ -72,6 +72,19 @@ func (c *apiCounter) snapshot() (apiCounts, map[string]int) {
 // writesSince lists the writes by "verb resource" since an earlier
 // snapshot, most frequent first.
 func (c *apiCounter) writesSince(before map[string]int) string {
+	return c.since(before, false)
+}
+
+// requestsSince lists every request by "verb resource" since an earlier
+// snapshot, most frequent first ("none" if there was none).
+func (c *apiCounter) requestsSince(before map[string]int) string {
+	if s := c.since(before, true); s != "" {
+		return s
+	}
+	return "none"
+}
+
+func (c *apiCounter) since(before map[string]int, reads bool) string {
 	_, now := c.snapshot()
 	type kv struct {
 		k string
@@ -79,7 +92,7 @@ func (c *apiCounter) writesSince(before map[string]int) string {
 	}
 	var list []kv
 	for k, v := range now {
-		if d := v - before[k]; d > 0 && !strings.HasPrefix(k, "get ") && !strings.HasPrefix(k, "list ") && !strings.HasPrefix(k, "watch ") {
+		if d := v - before[k]; d > 0 && (reads || !strings.HasPrefix(k, "get ") && !strings.HasPrefix(k, "list ") && !strings.HasPrefix(k, "watch ")) {
 			list = append(list, kv{k, d})
 		}
 	}
@@ -89,6 +102,44 @@ func (c *apiCounter) writesSince(before map[string]int) string {
 		out[i] = fmt.Sprintf("%s ×%d", e.k, e.n)
 	}
 	return strings.Join(out, ", ")
+}
+
+// verbs are the verbs the steady-state and scale figures report.
+var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// byVerb sums the requests since an earlier snapshot by verb.
+func (c *apiCounter) byVerb(before map[string]int) map[string]int {
+	_, now := c.snapshot()
+	out := map[string]int{}
+	for k, v := range now {
+		verb, _, _ := strings.Cut(k, " ")
+		out[verb] += v - before[k]
+	}
+	return out
+}
+
+// fmtVerbs prints counts by verb as "get 0, list 0, …" (rates: per is the
+// divisor, e.g. minutes).
+func fmtVerbs(m map[string]int, per float64) string {
+	var out []string
+	for _, v := range verbs {
+		out = append(out, fmt.Sprintf("%s %s", v, fmtNum(float64(m[v])/per)))
+	}
+	for k, n := range m { // anything else (e.g. deletecollection)
+		if n != 0 && !contains(verbs, k) {
+			out = append(out, fmt.Sprintf("%s %s", k, fmtNum(float64(n)/per)))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -149,6 +200,8 @@ type ctlOptions struct {
 	// fightMaxRounds: the latency run reverts the same target a hundred
 	// times on purpose; C5 would rightly stop re-pinning after a few.
 	fightMaxRounds int
+	// config: more top-level config settings (YAML lines).
+	config string
 }
 
 // bench is one image-refresh controller built as internal/cli/run.go
@@ -160,13 +213,20 @@ type bench struct {
 	api    *apiCounter
 	mgr    *controller.Manager
 
+	// changed is when the poller last reported a change of each
+	// repository:tag (its OnChange, wrapped).
+	changedMu sync.Mutex
+	changed   map[string]time.Time
+
 	cancel context.CancelFunc
 	done   chan error
+	// synced is how long start took: Start called → caches synced.
+	synced time.Duration
 }
 
 // newController builds (does not start) a controller for the groups.
 func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
-	cfg, err := config.Parse(w.configYAML(groups), "bench.yaml")
+	cfg, err := config.Parse(w.configYAML(groups, o.config), "bench.yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -207,20 +267,57 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
-	return &bench{ctl: mgr.Controller, runner: r, cfg: cfg, api: api, mgr: mgr}, nil
+	b := &bench{ctl: mgr.Controller, runner: r, cfg: cfg, api: api, mgr: mgr, changed: map[string]time.Time{}}
+	// The moment the poller reports a new answer: wrap the controller's
+	// OnChange (set by controller.New) before the poller runs.
+	onChange := mgr.Controller.Poller.OnChange
+	mgr.Controller.Poller.OnChange = func(key string) {
+		now := time.Now()
+		b.changedMu.Lock()
+		b.changed[key] = now
+		b.changedMu.Unlock()
+		onChange(key)
+	}
+	return b, nil
+}
+
+// changedAt is when the poller last reported a change of key.
+func (b *bench) changedAt(key string) time.Time {
+	b.changedMu.Lock()
+	defer b.changedMu.Unlock()
+	return b.changed[key]
+}
+
+// waitPasses waits until the controller completed at least n passes.
+func (b *bench) waitPasses(ctx context.Context, n int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for b.ctl.Passes() < n {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%d of %d passes after %s", b.ctl.Passes(), n, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
 }
 
 // start runs the manager until stop; it returns once the caches synced.
 func (b *bench) start(ctx context.Context) error {
 	ctx, b.cancel = context.WithCancel(ctx)
 	b.done = make(chan error, 1)
+	t0 := time.Now()
 	go func() { b.done <- b.mgr.Start(ctx) }()
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if !b.mgr.GetCache().WaitForCacheSync(sctx) {
-		b.stop()
-		return fmt.Errorf("the controller's caches did not sync")
+	// Manager.Synced (what /readyz reports): the informers of the watched
+	// kinds exist and synced. The cache's WaitForCacheSync alone can return
+	// before any informer was created.
+	deadline := t0.Add(2 * time.Minute)
+	for !b.mgr.Synced() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			b.stop()
+			return fmt.Errorf("the controller's caches did not sync")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+	b.synced = time.Since(t0)
 	return nil
 }
 

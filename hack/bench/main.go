@@ -5,17 +5,24 @@
 // repeated runs with its spread, as aligned text and as markdown for
 // docs/performance.md:
 //
-//  1. revert → re-pin latency (p50/p99 over -reverts reverts);
-//  2. registry HEADs per poll interval for 1, 20 and 200 targets of one
-//     repo:tag;
-//  3. API requests per minute in steady state (reads, watches, writes);
-//  4. one full pass over BENCH_WORKLOADS (default 1000) workloads, and the
-//     process memory with them.
+//  1. latency: revert → re-pin latency (p50/p99 over -reverts reverts);
+//  2. stuck: the same with another group's rollout stuck, against alone;
+//  3. propagate: a new digest → all 20 and all 100 targets of one
+//     repo:tag changed, from the poll that saw it and from the push;
+//  4. registry: registry HEADs per poll interval for 1, 20 and 200
+//     targets of one repo:tag;
+//  5. steady: API requests per minute by verb in steady state, 20
+//     workloads (the scale phase adds 1,000);
+//  6. scale: -workloads (default 10,000) zero-replica workloads: steady
+//     state over the first 1,000, manager start → caches synced, a full
+//     resync pass and its API requests, process memory.
 //
-// The controller is built in-process the way internal/cli/run.go builds it,
-// with its rest.Config transport wrapped to count API requests by verb.
+// The controller is built in-process by controller.NewManager, the
+// constructor internal/cli/run.go uses, with its rest.Config transport
+// wrapped to count API requests by verb and the poller's OnChange wrapped
+// to timestamp the polls that saw a change.
 //
-//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-phases latency,registry,steady,scale]
+//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,registry,steady,scale]
 package main
 
 import (
@@ -46,21 +53,23 @@ type options struct {
 	steadyFor              time.Duration
 	workloads              int
 	resyncRuns             int
+	pushes                 int
+	stuckReverts           int
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of the cluster binaries (default: the output of hack/build-cluster.sh)")
-	flag.StringVar(&o.phases, "phases", "latency,registry,steady,scale", "measurements to run, comma-separated")
+	flag.StringVar(&o.phases, "phases", "latency,stuck,propagate,registry,steady,scale", "measurements to run, comma-separated")
 	flag.IntVar(&o.reverts, "reverts", 100, "reverts timed for the revert → re-pin latency")
 	flag.DurationVar(&o.pollInterval, "registry-interval", 2*time.Second, "poll interval of the registry measurement")
 	flag.IntVar(&o.intervals, "registry-intervals", 6, "poll intervals counted per size in the registry measurement")
 	flag.DurationVar(&o.steadyInterval, "steady-interval", 10*time.Second, "--poll-interval of the steady-state measurement")
 	flag.DurationVar(&o.steadyFor, "steady-for", 60*time.Second, "how long the steady-state measurement counts")
-	flag.IntVar(&o.resyncRuns, "resync-runs", 3, "resync passes timed over the scale workloads")
-	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
-	flag.Parse()
-	o.workloads = 1000
+	flag.IntVar(&o.resyncRuns, "resync-runs", 3, "controllers started (start time, resync pass, memory) over the scale workloads")
+	flag.IntVar(&o.pushes, "pushes", 5, "new digests pushed per group size in the propagate phase")
+	flag.IntVar(&o.stuckReverts, "stuck-reverts", 30, "reverts timed alone and again with another group stuck rolling")
+	o.workloads = 10000
 	if v := os.Getenv("BENCH_WORKLOADS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -69,6 +78,9 @@ func main() {
 		}
 		o.workloads = n
 	}
+	flag.IntVar(&o.workloads, "workloads", o.workloads, "zero-replica workloads of the scale phase ($BENCH_WORKLOADS sets the default)")
+	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
+	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, o)
@@ -115,9 +127,13 @@ func run(ctx context.Context, o options) int {
 		case "steady":
 			got, err = measureSteady(ctx, w, o.steadyInterval, o.steadyFor)
 		case "scale":
-			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns)
+			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns, o.steadyInterval, o.steadyFor)
+		case "stuck":
+			got, err = measureStuck(ctx, w, o.stuckReverts)
+		case "propagate":
+			got, err = measurePropagate(ctx, w, o.pushes)
 		default:
-			err = fmt.Errorf("unknown phase %q (want latency, registry, steady, scale)", phase)
+			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, registry, steady, scale)", phase)
 		}
 		if ctx.Err() != nil {
 			progress("interrupted")

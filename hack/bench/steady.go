@@ -6,18 +6,28 @@ import (
 	"time"
 )
 
-// measureSteady: API requests per minute while nothing changes. A
-// controller watches the 20-target group of the fleet (20 Deployments,
-// all pinned) with a realistic poll interval, so that resyncs
-// and polls happen; reads, watches and writes are counted by its own
-// transport in windows of one interval.
+// measureSteady: API requests per minute while nothing changes, for the
+// 20-target group of the fleet (20 one-replica Deployments, all pinned).
+// The 1,000-workload figure is taken by the scale phase on its workloads.
 func measureSteady(ctx context.Context, w *world, interval, duration time.Duration) ([]row, error) {
 	f, err := w.setupFleet(ctx)
 	if err != nil {
 		return nil, err
 	}
 	g := f.groups[20]
-	b, err := w.newController([]group{g}, ctlOptions{pollInterval: interval, pollJitter: 0.1})
+	return steadyOn(ctx, w, []group{g}, fmt.Sprintf("1 group of %d one-replica Deployments", len(g.targets)), interval, duration)
+}
+
+// steadyOn runs a controller over groups (all pinned) with a realistic
+// poll interval, so that resyncs and polls happen, and counts every API
+// request it sends by verb, in windows of one interval, after its first
+// passes. Goal: 0 of every verb.
+func steadyOn(ctx context.Context, w *world, groups []group, what string, interval, duration time.Duration) ([]row, error) {
+	workloads := 0
+	for _, g := range groups {
+		workloads += len(g.targets)
+	}
+	b, err := w.newController(groups, ctlOptions{pollInterval: interval, pollJitter: 0.1})
 	if err != nil {
 		return nil, err
 	}
@@ -25,42 +35,44 @@ func measureSteady(ctx context.Context, w *world, interval, duration time.Durati
 		return nil, err
 	}
 	defer b.stop()
-	b.waitQuiet(ctx, time.Second, time.Minute) // the first pass (records, if not yet)
-	progress("steady: counting API requests for %s (poll interval %s)", duration, interval)
+	// The first pass of every group (it records the anchors' digests, R5).
+	if err := b.waitPasses(ctx, int64(len(groups)), 3*time.Minute); err != nil {
+		return nil, err
+	}
+	b.waitQuiet(ctx, 2*time.Second, time.Minute)
+	progress("steady: %d workloads: counting API requests for %s (poll interval %s)", workloads, duration, interval)
 
 	windows := int(duration / interval)
 	perMinute := float64(time.Minute) / float64(interval)
-	var reads, watches, writes sample
-	first, before := b.api.snapshot()
-	last := first
+	var rate sample
+	passes0 := b.ctl.Passes()
+	_, before := b.api.snapshot()
+	last := before
 	for range windows {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(interval):
 		}
-		now, _ := b.api.snapshot()
-		d := now.sub(last)
-		reads = append(reads, float64(d.Reads)*perMinute)
-		watches = append(watches, float64(d.Watches)*perMinute)
-		writes = append(writes, float64(d.Writes)*perMinute)
-		last = now
+		n := 0
+		for _, c := range b.api.byVerb(last) {
+			n += c
+		}
+		rate = append(rate, float64(n)*perMinute)
+		_, last = b.api.snapshot()
 	}
-	all := last.sub(first)
 	minutes := float64(windows) * interval.Minutes()
-	which := b.api.writesSince(before)
-	if which == "" {
-		which = "none"
+	all := b.api.byVerb(before)
+	passes := b.ctl.Passes() - passes0
+	which := b.api.requestsSince(before)
+	r := row{
+		Figure: fmt.Sprintf("API requests/min, steady state, %d workloads", workloads),
+		Value:  fmtNum(rate.median()),
+		Spread: rangeOf(rate.min(), rate.max(), fmtNum) + " (per-window rate, min–max)",
+		N:      fmt.Sprintf("%d windows", windows),
+		Note: fmt.Sprintf("by verb, per min: %s; requests seen: %s; %s, --poll-interval %s, jitter 0.1; %d passes (resyncs, polls) in the %.1f min counted in %s windows; goal 0",
+			fmtVerbs(all, minutes), which, what, interval, passes, minutes, interval),
 	}
-	perWorkload := float64(all.Reads) / float64(len(g.targets)) / (minutes * perMinute)
-	note := fmt.Sprintf("1 group of %d Deployments (the anchor is one of them), --poll-interval %s, jitter 0.1; %.1f reads per Deployment per interval; %.1f min counted in %s windows",
-		len(g.targets), interval, perWorkload, minutes, interval)
-	spread := func(s sample) string { return rangeOf(s.min(), s.max(), fmtNum) + " (per-window rate, min–max)" }
-	mean := func(n int) string { return fmt.Sprintf("mean %s/min", fmtNum(float64(n)/minutes)) }
-	nw := fmt.Sprintf("%d windows", windows)
-	return []row{
-		{"API reads/min, steady state (get+list)", fmtNum(reads.median()), spread(reads), nw, mean(all.Reads) + "; " + note},
-		{"API watch requests/min, steady state", fmtNum(watches.median()), spread(watches), nw, mean(all.Watches) + "; informer watches (re)opened"},
-		{"API writes/min, steady state", fmtNum(writes.median()), spread(writes), nw, mean(all.Writes) + "; target 0; writes seen: " + which},
-	}, nil
+	progress("steady: %s: %s (%s); %s", r.Figure, r.Value, r.Spread, r.Note)
+	return []row{r}, nil
 }
