@@ -28,6 +28,7 @@ type runningController struct {
 	logs    bytes.Buffer
 	metrics string
 	health  string
+	base    map[string]int // image_refresh_passes_total by group when it started
 }
 
 func (c *runningController) Write(p []byte) (int, error) {
@@ -55,7 +56,7 @@ func freeAddr(t *testing.T) string {
 // stopped (as by SIGTERM) when the test ends.
 func (e *env) startRun(cfg string, extra ...string) *runningController {
 	e.t.Helper()
-	c := &runningController{done: make(chan struct{}), metrics: freeAddr(e.t), health: freeAddr(e.t)}
+	c := &runningController{done: make(chan struct{}), metrics: freeAddr(e.t), health: freeAddr(e.t), base: processPasses(e.t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	args := append([]string{"run", "--config", cfg, "--kubeconfig", e.kubeconfig,
