@@ -530,7 +530,7 @@ func TestFaults_C1_APIServerRestartDuringRunReestablishesWatches(t *testing.T) {
 		code, _ := get("http://" + ctl.health + "/readyz")
 		return code == 200
 	})
-	time.Sleep(500 * time.Millisecond) // the first pass
+	ctl.waitPasses(t, "control-plane", 0, 1) // the first pass
 	before := map[string]int{"jobs-manager": e.rollouts("jobs-manager"), "requests-proxy": e.rollouts("requests-proxy")}
 	rvAnchor := e.deployment("jobs-manager").Spec.Template.Spec.Containers[0].Image
 
@@ -555,7 +555,9 @@ func TestFaults_C1_APIServerRestartDuringRunReestablishesWatches(t *testing.T) {
 	})
 	t.Logf("revert made after the restart re-pinned %s after the reverting write settled (%s after the write)", took.Round(time.Millisecond), time.Since(reverted).Round(time.Millisecond))
 	e.settle("Deployment", "requests-proxy")
-	time.Sleep(2 * time.Second) // room for a duplicate, were there one
+	// Room for a duplicate, were there one: passes after the re-pin and
+	// its settle (the resync is an hour away, so kicked).
+	ctl.kickedPasses(t, e, "control-plane", "requests-proxy")
 
 	logs := ctl.Logs()
 	if n := strings.Count(logs, "requests-proxy container proxy is not on the pinned digest"); n != 1 {

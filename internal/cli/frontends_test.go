@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,7 +20,7 @@ func TestFrontEnds_R4_R10_GuardsHoldInTickAndRun(t *testing.T) {
 		},
 		"run": func(e *env, cfg string) string {
 			ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
-			time.Sleep(4 * time.Second)
+			ctl.waitPasses(e.t, "control-plane", 0, 3) // the first pass and two resyncs, each after the setup
 			ctl.stop(e.t)
 			return ctl.Logs()
 		},

@@ -113,6 +113,9 @@ func (e *env) hbStartWebhook(cfg, tag string, extra ...string) *runningControlle
 type deployHistory struct {
 	mu       sync.Mutex
 	versions []deployVersion
+	seen     map[string]bool // every resourceVersion delivered, and the first
+	e        *env
+	name     string
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -132,9 +135,11 @@ func (v deployVersion) String() string {
 func (e *env) watchDeployment(name string) *deployHistory {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &deployHistory{cancel: cancel, done: make(chan struct{})}
+	h := &deployHistory{cancel: cancel, done: make(chan struct{}), e: e, name: name}
+	rv := e.deployment(name).ResourceVersion
+	h.seen = map[string]bool{rv: true}
 	w, err := e.c.Client.AppsV1().Deployments(e.ns).Watch(ctx, metav1.ListOptions{
-		FieldSelector: "metadata.name=" + name, ResourceVersion: e.deployment(name).ResourceVersion,
+		FieldSelector: "metadata.name=" + name, ResourceVersion: rv,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -146,6 +151,7 @@ func (e *env) watchDeployment(name string) *deployHistory {
 			if d, ok := ev.Object.(*appsv1.Deployment); ok {
 				h.mu.Lock()
 				h.versions = append(h.versions, deployVersion{d.ResourceVersion, d.Generation, whImages(d), d.Annotations, time.Now()})
+				h.seen[d.ResourceVersion] = true
 				h.mu.Unlock()
 			}
 		}
@@ -154,10 +160,16 @@ func (e *env) watchDeployment(name string) *deployHistory {
 	return h
 }
 
-// take returns every version seen so far (after letting events in flight
-// arrive) and forgets them.
+// take returns every version seen so far (once the watch delivered the
+// one the API server holds now) and forgets them.
 func (h *deployHistory) take() []deployVersion {
-	time.Sleep(time.Second)
+	h.e.t.Helper()
+	eventually(h.e.t, 60*time.Second, "the watch of "+h.name+" caught up", func() bool {
+		rv := h.e.deployment(h.name).ResourceVersion
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.seen[rv]
+	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := h.versions
@@ -256,6 +268,7 @@ func testHelmB1(t *testing.T, e *env, h *helmCLI) {
 	if got := whMetric(t, ctl, `image_refresh_admission_pins_total{group="web",image="web"}`) - pins; got < 1 {
 		t.Errorf("the webhook counted %v pins, want at least 1", got)
 	}
+	ctl.kickedPasses(t, e, "web", "web") // fix A's passes on the upgrade
 	if strings.Contains(ctl.Logs(), "is not on the pinned digest") {
 		t.Errorf("fix A had a revert to heal; the webhook should have prevented it:\n%s", ctl.Logs())
 	}
@@ -331,8 +344,8 @@ func testHelmB2(t *testing.T, e *env, h *helmCLI) {
 	// would make A and B flip it on every upgrade (k8s-digester #25).
 	// It polls every few seconds, so the digest change below is its move.
 	const poll = 5 * time.Second
-	e.startRun(cfg, "--poll-interval", poll.String(), "--poll-jitter", "0")
-	time.Sleep(time.Second) // the controller's first pass
+	ctl := e.startRun(cfg, "--poll-interval", poll.String(), "--poll-jitter", "0")
+	ctl.waitPasses(t, "web", 0, 1) // the controller's first pass
 	rs, gen := e.rollouts("web"), e.deployment("web").Generation
 
 	start := time.Now()

@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/testenv"
 )
 
@@ -240,6 +241,22 @@ func (tp *tickProcess) wait(t *testing.T, timeout time.Duration) (int, string) {
 		t.Fatalf("tick: %v", tp.err)
 	}
 	return tp.cmd.ProcessState.ExitCode(), tp.logs.String()
+}
+
+// expireHolder moves the time of the attempt holder on anchor back, so
+// that until (when a tick said it leaves that holder's attempt alone up to)
+// is a second before the holder's old time: the next tick finds it
+// expired, with nothing else about the holder changed.
+func (e *env) expireHolder(anchor string, until time.Time) {
+	e.t.Helper()
+	key := e.key("refresh-attempt-holder")
+	v, ok := e.annotations(anchor)[key]
+	h, err := state.ParseHolder(v, ok)
+	if err != nil || !ok || until.Before(h.Since) {
+		e.t.Fatalf("attempt holder %q (present %v, %v) left alone until %s", v, ok, err, until)
+	}
+	h.Since = h.Since.Add(-until.Sub(h.Since) - time.Second)
+	e.annotate(anchor, map[string]*string{key: ptr(h.String())})
 }
 
 // raceEnabled reports whether this test binary was built with -race.
@@ -608,10 +625,11 @@ func TestKill_R10_R11_SIGKILLAtEachStepOfATickConvergesWithoutAnExtraRollout(t *
 				}
 				// Ticks run back to back here instead of minutes apart, so
 				// a tick that left the killed tick's fresh holder alone is
-				// followed by the next once the holder's time is up, as a
-				// tick minutes later would be.
+				// followed by one that finds the holder's time up, as a
+				// tick minutes later would: its time is moved back instead
+				// of waited for.
 				if until, ok := leftAloneUntil(logs); ok {
-					time.Sleep(time.Until(until) + 100*time.Millisecond)
+					e.expireHolder("web", until)
 				}
 				_ = testenv.WaitSettled(context.Background(), e.c.Client, "Deployment", e.ns, "web", 60*time.Second)
 				_ = testenv.WaitSettled(context.Background(), e.c.Client, "DaemonSet", e.ns, "agent", 60*time.Second)

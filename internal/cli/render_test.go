@@ -583,18 +583,21 @@ data:
 // app=web whose pod template or spec runs the bare tag, from the moment it
 // starts: the object history, not only the final state.
 type bareTagWatch struct {
-	mu     sync.Mutex
-	seen   []string
-	cancel context.CancelFunc
-	done   sync.WaitGroup
+	mu        sync.Mutex
+	seen      []string
+	delivered map[string]bool // "kind uid resourceVersion" of every event
+	e         *env
+	opts      metav1.ListOptions
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
 }
 
 func (e *env) watchBareTag(app, tag string) *bareTagWatch {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &bareTagWatch{cancel: cancel}
-	e.t.Cleanup(w.stop)
 	opts := metav1.ListOptions{LabelSelector: "app=" + app}
+	w := &bareTagWatch{cancel: cancel, delivered: map[string]bool{}, e: e, opts: opts}
+	e.t.Cleanup(w.stop)
 	apps, core := e.c.Client.AppsV1(), e.c.Client.CoreV1()
 	sources := map[string]func() (watch.Interface, error){
 		"Deployment": func() (watch.Interface, error) { return apps.Deployments(e.ns).Watch(ctx, opts) },
@@ -617,6 +620,11 @@ func (e *env) watchBareTag(app, tag string) *bareTagWatch {
 				case ev, ok := <-wi.ResultChan():
 					if !ok {
 						return
+					}
+					if o, ok := ev.Object.(metav1.Object); ok {
+						w.mu.Lock()
+						w.delivered[kind+" "+string(o.GetUID())+" "+o.GetResourceVersion()] = true
+						w.mu.Unlock()
 					}
 					var name string
 					var ctrs []corev1.Container
@@ -642,15 +650,52 @@ func (e *env) watchBareTag(app, tag string) *bareTagWatch {
 	return w
 }
 
-// take returns what was seen since the last call and forgets it.
+// take returns what was seen since the last call and forgets it, once
+// the watches caught up: every object the API server holds now reached its
+// watch in its current version, and with it every earlier event of its
+// kind (a watch delivers in order).
 func (w *bareTagWatch) take() []string {
-	// Let events already sent arrive.
-	time.Sleep(time.Second)
+	w.e.t.Helper()
+	eventually(w.e.t, 60*time.Second, "the bare-tag watches caught up", w.caughtUp)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := w.seen
 	w.seen = nil
 	return out
+}
+
+func (w *bareTagWatch) caughtUp() bool {
+	ctx, e := context.Background(), w.e
+	var objs []string
+	deps, err := e.c.Client.AppsV1().Deployments(e.ns).List(ctx, w.opts)
+	if err != nil {
+		return false
+	}
+	for _, o := range deps.Items {
+		objs = append(objs, "Deployment "+string(o.UID)+" "+o.ResourceVersion)
+	}
+	rss, err := e.c.Client.AppsV1().ReplicaSets(e.ns).List(ctx, w.opts)
+	if err != nil {
+		return false
+	}
+	for _, o := range rss.Items {
+		objs = append(objs, "ReplicaSet "+string(o.UID)+" "+o.ResourceVersion)
+	}
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, w.opts)
+	if err != nil {
+		return false
+	}
+	for _, o := range pods.Items {
+		objs = append(objs, "Pod "+string(o.UID)+" "+o.ResourceVersion)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range objs {
+		if !w.delivered[k] {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *bareTagWatch) stop() {

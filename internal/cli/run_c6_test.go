@@ -10,11 +10,19 @@ import (
 	"testing"
 	"time"
 
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
 	"github.com/image-refresh/image-refresh/internal/testenv"
 )
 
-// passes reads image_refresh_passes_total of group from /metrics: the
-// signal that a pass completed, which every negative check waits for.
+// passes reads image_refresh_passes_total of group from /metrics, less what
+// it was when c started: the signal that a pass completed, which every
+// negative check waits for. Every controller of this process serves the
+// one registry controller-runtime keeps (metrics.NewOn), so the total also
+// holds the passes of controllers that ran before c (earlier tests reuse
+// group names), subtracted here, and of any controller running beside c
+// under the same group name, which are not: controllers that run at once
+// and must be told apart are given different group names.
 func (c *runningController) passes(t *testing.T, group string) int {
 	t.Helper()
 	_, body := get("http://" + c.metrics + "/metrics")
@@ -26,7 +34,31 @@ func (c *runningController) passes(t *testing.T, group string) int {
 	if err != nil {
 		t.Fatalf("image_refresh_passes_total = %q", v)
 	}
-	return int(n)
+	return int(n) - c.base[group]
+}
+
+// processPasses reads image_refresh_passes_total by group from the
+// process-wide registry, before a controller serves it.
+func processPasses(t *testing.T) map[string]int {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	out := map[string]int{}
+	for _, f := range families {
+		if f.GetName() != "image_refresh_passes_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "group" {
+					out[l.GetValue()] = int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out
 }
 
 // waitPasses waits until group completed n more passes than it had at from.
@@ -36,6 +68,33 @@ func (c *runningController) waitPasses(t *testing.T, group string, from, n int) 
 		return c.passes(t, group) >= from+n
 	})
 	return c.passes(t, group)
+}
+
+// kick makes the groups of Deployment deploy run a pass and changes
+// nothing a pass reads: it adds an annotation under the state prefix and
+// removes it again (a removed state key starts a pass, as a rearm does;
+// no pass reads this key). The removal reaches the controller's cache
+// after every earlier write to the namespace's Deployments, so the pass it
+// starts reads them. For a controller whose resync is an hour away, which
+// nothing else may make run a pass.
+func (e *env) kick(deploy string) {
+	e.t.Helper()
+	k := e.key("test-kick")
+	e.annotate(deploy, map[string]*string{k: ptr("1")})
+	e.annotate(deploy, map[string]*string{k: nil})
+}
+
+// kickedPasses waits for two more passes of group, kicking deploy for
+// each so that they come: the first may be a pass that was in flight when
+// it was called, reading a cache from before the writes under test; the
+// second began after the first ended, so after the call.
+func (c *runningController) kickedPasses(t *testing.T, e *env, group, deploy string) int {
+	t.Helper()
+	from := c.passes(t, group)
+	e.kick(deploy)
+	c.waitPasses(t, group, from, 1)
+	e.kick(deploy)
+	return c.waitPasses(t, group, from, 2)
 }
 
 func (c *runningController) waitReady(t *testing.T) {

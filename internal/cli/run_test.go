@@ -28,6 +28,7 @@ type runningController struct {
 	logs    bytes.Buffer
 	metrics string
 	health  string
+	base    map[string]int // image_refresh_passes_total by group when it started
 }
 
 func (c *runningController) Write(p []byte) (int, error) {
@@ -55,7 +56,7 @@ func freeAddr(t *testing.T) string {
 // stopped (as by SIGTERM) when the test ends.
 func (e *env) startRun(cfg string, extra ...string) *runningController {
 	e.t.Helper()
-	c := &runningController{done: make(chan struct{}), metrics: freeAddr(e.t), health: freeAddr(e.t)}
+	c := &runningController{done: make(chan struct{}), metrics: freeAddr(e.t), health: freeAddr(e.t), base: processPasses(e.t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	args := append([]string{"run", "--config", cfg, "--kubeconfig", e.kubeconfig,
@@ -197,6 +198,9 @@ func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
 	e := newEnv(t)
 	digest := e.seed()
 	cfg := e.config(seedShape)
+	// The other replica runs the same group under another name, only so
+	// that the one /metrics both serve counts its passes apart.
+	standbyCfg := e.config(strings.Replace(seedShape, "name: control-plane", "name: control-plane-b", 1))
 	e.pinAll(cfg)
 	pinned := e.repo("api") + ":prod@" + digest
 	elect := []string{"--poll-interval", "1h", "--leader-elect", "--leader-election-namespace", e.ns, "--leader-election-lease-duration", "3s"}
@@ -205,13 +209,18 @@ func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
 		l, err := e.c.Client.CoordinationV1().Leases(e.ns).Get(context.Background(), "image-refresh", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	})
-	b := e.startRun(cfg, elect...)
+	b := e.startRun(standbyCfg, elect...)
 	b.waitReady(t) // the standby's caches synced: it would act now if it could
 
 	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
 	eventually(t, 15*time.Second, "revert re-pinned by the leader", func() bool { return e.image("requests-proxy", "proxy") == pinned })
+	// The leader's passes after its re-pin, on events the standby saw too.
+	a.kickedPasses(t, e, "control-plane", "requests-proxy")
 	if a.passes(t, "control-plane") == 0 {
 		t.Fatal("the leader ran no pass")
+	}
+	if n := b.passes(t, "control-plane-b"); n != 0 {
+		t.Errorf("the standby replica ran %d passes", n)
 	}
 	if strings.Contains(b.Logs(), "re-pinned") || strings.Contains(b.Logs(), "is not on the pinned digest") {
 		t.Errorf("the standby replica acted:\n%s", b.Logs())

@@ -193,13 +193,18 @@ func TestWebhook_B1_UpdateBackToTheTagIsPinnedAtAdmission(t *testing.T) {
 	if stored.Generation != before.Generation {
 		t.Errorf("the pod template changed (generation %d -> %d): a rollout for nothing", before.Generation, stored.Generation)
 	}
-	time.Sleep(time.Second) // give the deployment controller time to create a ReplicaSet, if it wanted to
+	// The deployment controller has seen the write (a ReplicaSet for a new
+	// template is created before observedGeneration moves to it).
+	eventually(t, 60*time.Second, "the deployment controller observed the write", func() bool {
+		return e.deployment("requests-proxy").Status.ObservedGeneration >= stored.Generation
+	})
 	if bare := e.whBareTagReplicaSets("requests-proxy", before.UID, tag); len(bare) != len(bareBefore) {
 		t.Errorf("ReplicaSets with the bare tag %s: %v, before the write %v", tag, bare, bareBefore)
 	}
 	if got := whMetric(t, ctl, pinsSeries) - pins; got != 1 {
 		t.Errorf("%s grew by %v, want 1", pinsSeries, got)
 	}
+	ctl.kickedPasses(t, e, "control-plane", "requests-proxy") // fix A's passes on the stored write
 	if strings.Contains(ctl.Logs(), "is not on the pinned digest") {
 		t.Errorf("fix A had a revert to re-pin; the webhook should have prevented it:\n%s", ctl.Logs())
 	}
@@ -410,7 +415,7 @@ func TestWebhook_B3_FixAHealsARecordThatLags(t *testing.T) {
 			repo := e.repo("api")
 			e.whLabel("jobs-manager", "requests-proxy")
 			ctl := e.whStart(cfg, "--poll-interval", poll.String(), "--poll-jitter", "0")
-			time.Sleep(time.Second) // the controller's first pass is done; the next resync is a poll interval away
+			ctl.waitPasses(t, "control-plane", 0, 1) // the first pass is done; the next resync is a poll interval away
 
 			// The record lags the live spec: a rollout to latest that timed
 			// out after the spec had moved.
@@ -429,6 +434,7 @@ func TestWebhook_B3_FixAHealsARecordThatLags(t *testing.T) {
 					e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")] == latest
 			})
 			t.Logf("healed %s after the write (poll interval %s)", took.Round(time.Millisecond), poll)
+			ctl.kickedPasses(t, e, "control-plane", "requests-proxy") // passes after fix A's writes, which a fight would follow
 			if strings.Contains(ctl.Logs(), "rewrites image references") {
 				t.Errorf("the webhook fought fix A's own write:\n%s", ctl.Logs())
 			}
