@@ -70,7 +70,7 @@ func printRows(w io.Writer, rows []refresh.Row) {
 		if r.Recorded != "" {
 			digest = r.Recorded
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 10), trunc(r.Image, 10), truncLeft(shortTarget(r.Target), 16), r.State, shortDigest(digest), runningCell(r.Running))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 8), trunc(r.Image, 8), truncLeft(shortTarget(r.Target), 20), r.State, shortDigest(digest), runningCell(r.Running))
 	}
 	tw.Flush()
 	for _, r := range rows {

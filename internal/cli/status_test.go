@@ -129,10 +129,12 @@ func TestStatus_ShowsEveryStateWithRemediation(t *testing.T) {
 	}
 	// One table row per target, and the TARGET cell tells them apart.
 	targets := map[string]string{} // state → target cell
+	running := map[string]string{} // state → RUNNING cell (N1)
 	for _, l := range lines {
 		f := strings.Fields(l)
-		if len(f) == 5 && (f[3] == "pinned" || f[3] == "drifted" || f[3] == "stale-pin" || f[3] == "first-observed") {
+		if len(f) == 6 && (f[3] == "pinned" || f[3] == "drifted" || f[3] == "stale-pin" || f[3] == "first-observed") {
 			targets[f[3]] = f[2]
+			running[f[3]] = f[5]
 		}
 	}
 	if len(targets) != 4 {
@@ -141,6 +143,12 @@ func TestStatus_ShowsEveryStateWithRemediation(t *testing.T) {
 	for st, name := range map[string]string{"pinned": "jobs-manager", "drifted": "requests-proxy", "stale-pin": "legacy", "first-observed": "web"} {
 		if cell := targets[st]; !strings.Contains(cell, name) {
 			t.Errorf("the %s row's TARGET cell %q does not name its workload %s", st, cell, name)
+		}
+	}
+	// Every pod reports a repository digest here: RUNNING counts them all.
+	for st, want := range map[string]string{"pinned": "2/2", "drifted": "2/2", "stale-pin": "1/1", "first-observed": "1/1"} {
+		if running[st] != want {
+			t.Errorf("the %s row's RUNNING cell is %q, want %q", st, running[st], want)
 		}
 	}
 	e.assertUnchanged("status", rvs, events)
