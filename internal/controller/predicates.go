@@ -1,20 +1,17 @@
 package controller
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-func podSpec(o client.Object) *corev1.PodSpec { return workload.PodSpec(o) }
-
 func settled(o client.Object) bool { return workload.SettlednessOf(o).Settled }
 
 // images maps container name → image of a workload's pod template.
 func images(o client.Object) map[string]string {
-	spec := podSpec(o)
+	spec := workload.PodSpec(o)
 	if spec == nil {
 		return nil
 	}
@@ -40,7 +37,7 @@ func ownWrite(oldObj, newObj client.Object) bool {
 }
 
 func imagesChanged(oldObj, newObj client.Object) bool {
-	o, n := podSpec(oldObj), podSpec(newObj)
+	o, n := workload.PodSpec(oldObj), workload.PodSpec(newObj)
 	if o == nil || n == nil || len(o.Containers) != len(n.Containers) {
 		return true
 	}
