@@ -16,6 +16,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 GO=${GO:-go}
+# The Go toolchain the Makefile pins (standard-library fixes govulncheck
+# needs), also when this script runs outside make; ko's go build inherits it.
+GOTOOLCHAIN=${GOTOOLCHAIN:-$(sed -n 's/^export GOTOOLCHAIN := *//p' Makefile)}
+export GOTOOLCHAIN
 
 if [[ -z "${REGISTRY:-}" ]]; then
 	cat >&2 <<'MSG'

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -39,13 +41,14 @@ func repoRoot(t *testing.T) string {
 }
 
 // buildEnv is the test's environment for hack/image/build.sh, without the
-// KO_* and image variables a developer may have set, plus extra.
+// KO_* and image variables a developer may have set, nor GOTOOLCHAIN (the
+// script must pin the toolchain itself), plus extra.
 func buildEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "KO_"), k == "REGISTRY", k == "TAG", k == "VERSION":
+		case strings.HasPrefix(k, "KO_"), k == "REGISTRY", k == "TAG", k == "VERSION", k == "GOTOOLCHAIN":
 			continue
 		}
 		env = append(env, kv)
@@ -153,6 +156,15 @@ func TestImage(t *testing.T) {
 
 	bin := extract(t, img, strings.TrimPrefix(ep[0], "/"))
 	checkStaticELF(t, bin)
+	// Built with the toolchain the Makefile pins, not whatever go is on
+	// PATH: the standard-library fixes govulncheck checks for are in it.
+	bi, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatalf("read the Go build info of the image's binary: %v", err)
+	}
+	if want := pinnedToolchain(t, root); bi.GoVersion != want {
+		t.Errorf("the image's binary was built with %s, want %s (the Makefile's GOTOOLCHAIN)", bi.GoVersion, want)
+	}
 
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skipf("cannot run a linux/amd64 binary on %s/%s", runtime.GOOS, runtime.GOARCH)
@@ -163,6 +175,38 @@ func TestImage(t *testing.T) {
 	}
 	if got, want := strings.TrimSpace(string(out)), "image-refresh "+version; got != want {
 		t.Errorf("image-refresh version printed %q, want %q", got, want)
+	}
+}
+
+// pinnedToolchain is the Go toolchain the Makefile pins (GOTOOLCHAIN).
+func pinnedToolchain(t *testing.T, root string) string {
+	t.Helper()
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^export GOTOOLCHAIN := *(go\d+\.\d+\.\d+)\s*$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("the Makefile pins no GOTOOLCHAIN (export GOTOOLCHAIN := goX.Y.Z)")
+	}
+	return string(m[1])
+}
+
+// TestDockerfile_BuildsWithThePinnedGo: the Dockerfile's Go release is the
+// Makefile's GOTOOLCHAIN, so both image builds carry the same standard
+// library (the Docker build itself cannot run here: no Docker engine).
+func TestDockerfile_BuildsWithThePinnedGo(t *testing.T) {
+	root := repoRoot(t)
+	df, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^ARG GO_VERSION=(\S+)$`).FindSubmatch(df)
+	if m == nil {
+		t.Fatal("the Dockerfile has no ARG GO_VERSION=")
+	}
+	if got, want := "go"+string(m[1]), pinnedToolchain(t, root); got != want {
+		t.Errorf("the Dockerfile builds with %s, the Makefile pins %s", got, want)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -55,10 +57,10 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 			r.release(ctx, p, anchor)
 		}
 	}()
-	rewrites := 0
-	for _, wc := range rp.Changes {
-		err := r.apply(ctx, p, snap, wc)
-		switch {
+	rewrites, failed := 0, false
+	for _, res := range r.applyAll(ctx, p, snap, rp.Changes, rp.Async) {
+		p.Findings = append(p.Findings, res.findings...)
+		switch err := res.err; {
 		case errors.Is(err, workload.ErrRewritten):
 			// C5: the write landed and admission put another image back.
 			// Nothing rolls, so the attempt is released below; the finding
@@ -67,10 +69,14 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 			p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn, Reason: refresh.ReasonRewriteFight, NeedsHuman: true,
 				Message:     fmt.Sprintf("the environment rewrites image references: %v", err),
 				Remediation: "a mutating admission webhook changes the image digest image-refresh writes: exempt these workloads from it, or let it keep the digest (rewriting only the registry prefix is fine)"})
+		case errors.Is(err, errNotTried):
 		case err != nil:
 			r.fail(p, "%v", err)
-			return
+			failed = true
 		}
+	}
+	if failed {
+		return
 	}
 	if rewrites > 0 && rewrites == len(rp.Changes) && !rp.AttemptWrite.Empty() {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
@@ -140,12 +146,65 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	}
 }
 
+// asyncPatches bounds the image patches of one re-pin that `run` has in
+// flight at once: a new digest of a repo:tag with 100 targets is 100
+// patches, and one after the other they take seconds (each a round trip
+// through admission and etcd). The client's rate limiter (50 QPS, burst
+// 100) still bounds the API load.
+const asyncPatches = 16
+
+// errNotTried marks a workload whose patch was not sent because an earlier
+// one failed.
+var errNotTried = errors.New("not re-imaged: an earlier write of this pass failed")
+
+// applied is the outcome of one workload's patch.
+type applied struct {
+	findings []refresh.Finding
+	err      error
+}
+
+// applyAll writes each workload's images (R9). `tick` writes them in order
+// and stops at the first failure; `run` (async, C6: nothing waits for the
+// rollouts) has up to asyncPatches in flight and starts no new one after a
+// failure. The outcomes come back in the order of changes, so the report
+// reads the same either way.
+func (r *Runner) applyAll(ctx context.Context, p *refresh.Plan, snap Snapshot, changes []refresh.WorkloadChange, async bool) []applied {
+	out := make([]applied, len(changes))
+	width := 1
+	if async {
+		width = asyncPatches
+	}
+	var (
+		wg      sync.WaitGroup
+		stopped atomic.Bool
+		slots   = make(chan struct{}, width)
+	)
+	for i, wc := range changes {
+		slots <- struct{}{}
+		if stopped.Load() {
+			<-slots
+			out[i].err = errNotTried
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			out[i].findings, out[i].err = r.apply(ctx, p.Group, p.Anchor, snap, wc)
+			if out[i].err != nil && !errors.Is(out[i].err, workload.ErrRewritten) {
+				stopped.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
 // apply writes one workload's image changes in one patch (R9) and reports
 // each re-pin with who wrote the reference it replaced.
-func (r *Runner) apply(ctx context.Context, p *refresh.Plan, snap Snapshot, wc refresh.WorkloadChange) error {
+func (r *Runner) apply(ctx context.Context, group string, anchor config.Workload, snap Snapshot, wc refresh.WorkloadChange) ([]refresh.Finding, error) {
 	obj, ok := snap.Objects[wc.Workload]
 	if !ok {
-		return fmt.Errorf("%s was not read; nothing written", wc.Workload)
+		return nil, fmt.Errorf("%s was not read; nothing written", wc.Workload)
 	}
 	changes := make([]workload.ImageChange, 0, len(wc.Images))
 	for _, c := range wc.Images {
@@ -154,18 +213,19 @@ func (r *Runner) apply(ctx context.Context, p *refresh.Plan, snap Snapshot, wc r
 	if _, err := r.Workloads.SetImages(ctx, obj, changes); err != nil {
 		if errors.Is(err, workload.ErrRewritten) {
 			if r.OnRepin != nil {
-				r.OnRepin(p.Group, wc) // counts toward the fight bound (C5)
+				r.OnRepin(group, wc) // counts toward the fight bound (C5)
 			}
-			return err
+			return nil, err
 		}
 		if errors.Is(err, workload.ErrChanged) {
-			return fmt.Errorf("%s changed after it was read; nothing re-imaged there, the next tick decides again: %w", wc.Workload, err)
+			return nil, fmt.Errorf("%s changed after it was read; nothing re-imaged there, the next tick decides again: %w", wc.Workload, err)
 		}
-		return fmt.Errorf("re-image %s: %w", wc.Workload, err)
+		return nil, fmt.Errorf("re-image %s: %w", wc.Workload, err)
 	}
 	if r.OnRepin != nil {
-		r.OnRepin(p.Group, wc)
+		r.OnRepin(group, wc)
 	}
+	var findings []refresh.Finding
 	for _, c := range wc.Images {
 		// R7: neutral wording, since a fresh install's second tick looks the
 		// same as a revert; the writer tells them apart.
@@ -175,18 +235,18 @@ func (r *Runner) apply(ctx context.Context, p *refresh.Plan, snap Snapshot, wc r
 			reason, msg = refresh.ReasonDigestChanged, fmt.Sprintf("re-imaged %s container %s: %s → %s (the registry moved the tag)",
 				wc.Workload, c.Container, c.From, c.To)
 		}
-		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityInfo, Reason: reason, Image: c.Image,
+		findings = append(findings, refresh.Finding{Severity: refresh.SeverityInfo, Reason: reason, Image: c.Image,
 			Target:  &config.Target{Kind: wc.Workload.Kind, Namespace: wc.Workload.Namespace, Name: wc.Workload.Name, Container: c.Container},
 			Message: msg})
 		if r.Metrics != nil {
-			r.Metrics.Repins.WithLabelValues(p.Group, c.Image, string(c.Cause)).Inc()
+			r.Metrics.Repins.WithLabelValues(group, c.Image, string(c.Cause)).Inc()
 		}
 		r.event(ctx, obj, "Normal", reason, msg)
-		if a, ok := snap.Objects[p.Anchor]; ok && wc.Workload != p.Anchor {
+		if a, ok := snap.Objects[anchor]; ok && wc.Workload != anchor {
 			r.event(ctx, a, "Normal", reason, msg)
 		}
 	}
-	return nil
+	return findings, nil
 }
 
 // lostRace reports a compare-and-swap on the anchor's state that lost: a

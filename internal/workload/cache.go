@@ -67,6 +67,26 @@ func (c *Client) readCache(ctx context.Context, ref Ref) (*Object, error) {
 	return FromObject(obj), nil
 }
 
+// Saw tells the client that the cache now holds the object a watch event
+// delivered: the informer updates its store before it hands the event on,
+// so once the event of this client's own write arrived, every later cache
+// read shows that write or a newer one, and Cached stops reading directly
+// (a rollout's status updates would otherwise move the cache past the
+// write's exact resourceVersion and keep it distrusted until
+// ownWriteFresh).
+func (c *Client) Saw(obj client.Object) {
+	k, ok := KindOf(obj)
+	if !ok || c.cache == nil {
+		return
+	}
+	ref := Ref{Kind: k.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w, ok := c.written[ref]; ok && w.resourceVersion == obj.GetResourceVersion() {
+		delete(c.written, ref)
+	}
+}
+
 // wrote remembers the object a write of this client stored (Cached).
 func (c *Client) wrote(out *Object) {
 	if c.cache == nil {

@@ -3,11 +3,19 @@ package workload_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/image-refresh/image-refresh/internal/testenv"
@@ -99,4 +107,105 @@ func TestGetObserved_R4_FromTheCacheAnOwnAnnotationWriteIsSettledAtOnce(t *testi
 		t.Logf("write %d: read in %s, own bump excused: %v", i+1, time.Since(start).Round(time.Microsecond), obj.Settled.OwnBumps)
 	}
 	t.Logf("%d of 10 reads found the controller behind on an own write and judged by the status", excused)
+}
+
+// countGets counts the GETs of one Deployment through a client of its own.
+type countGets struct {
+	rt   http.RoundTripper
+	path string
+	n    atomic.Int64
+}
+
+func (c *countGets) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, c.path) {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// Once the watch event of an own write arrived, the cache holds that write
+// or a newer one, so Cached reads from the cache even when another write
+// (a rollout's status) has moved it past the write's exact
+// resourceVersion: no direct GET (issue 13: 0 API requests in the steady
+// state). Before that event it reads directly (R4: never decide on the
+// object from before the own write).
+func TestCached_C6_AfterTheWatchDeliveredAnOwnWriteTheCacheIsTrusted(t *testing.T) {
+	t.Parallel()
+	c, _, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithReplicas(0))
+	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	cfg := rest.CopyConfig(c.Config)
+	gets := &countGets{path: "/namespaces/" + ns + "/deployments/api"}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { gets.rt = rt; return gets })
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := workload.New(kube, apiTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf, err := cache.New(c.Config, cache.Options{Scheme: scheme.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	di, err := inf.GetInformer(ctx, &appsv1.Deployment{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := make(chan string, 16) // resourceVersions, in watch order
+	if _, err := di.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(_, n any) {
+		d := n.(*appsv1.Deployment)
+		wc.Saw(d)
+		delivered <- d.ResourceVersion
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = inf.Start(ctx) }()
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	wc.SetCache(inf)
+	waitFor := func(rv string) {
+		t.Helper()
+		for {
+			select {
+			case got := <-delivered:
+				if got == rv {
+					return
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the watch never delivered resourceVersion %s", rv)
+			}
+		}
+	}
+
+	own, err := wc.UpdateAnnotations(ctx, ref, nil, map[string]*string{attemptKey: ptr("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another writer moves the object on; its event comes after the own
+	// write's, so once it arrived both did.
+	d, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "api", types.MergePatchType, []byte(`{"metadata":{"labels":{"moved":"on"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ResourceVersion == own.ResourceVersion {
+		t.Fatalf("setup: the other write did not move the resourceVersion (%s)", d.ResourceVersion)
+	}
+	waitFor(d.ResourceVersion)
+
+	before := gets.n.Load()
+	obj, err := wc.Cached(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cached ran and read the newest object (the proof the check below
+	// is not vacuous) ...
+	if obj.ResourceVersion != d.ResourceVersion || obj.Annotations[attemptKey] != "1" {
+		t.Fatalf("read resourceVersion %s with attempt %q, want %s with attempt 1", obj.ResourceVersion, obj.Annotations[attemptKey], d.ResourceVersion)
+	}
+	// ... from the cache, not with a GET.
+	if n := gets.n.Load() - before; n != 0 {
+		t.Errorf("%d direct GETs after the watch delivered the own write, want 0", n)
+	}
 }
