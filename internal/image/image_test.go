@@ -41,15 +41,27 @@ func repoRoot(t *testing.T) string {
 }
 
 // buildEnv is the test's environment for hack/image/build.sh, without the
-// KO_* and image variables a developer may have set, nor GOTOOLCHAIN (the
-// script must pin the toolchain itself), plus extra.
+// KO_* and image variables a developer may have set, nor GOTOOLCHAIN and
+// the test's own Go on PATH (the script must pin the toolchain itself),
+// plus extra.
 func buildEnv(extra ...string) []string {
+	// go test puts its own toolchain first on PATH (and sets GOROOT); the
+	// script must not depend on that, so the go on PATH is the caller's.
+	testGoBin := filepath.Join(runtime.GOROOT(), "bin")
 	var env []string
 	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "KO_"), k == "REGISTRY", k == "TAG", k == "VERSION", k == "GOTOOLCHAIN":
+		case strings.HasPrefix(k, "KO_"), k == "REGISTRY", k == "TAG", k == "VERSION", k == "GOTOOLCHAIN", k == "GOROOT":
 			continue
+		case k == "PATH":
+			var keep []string
+			for _, dir := range filepath.SplitList(v) {
+				if filepath.Clean(dir) != testGoBin {
+					keep = append(keep, dir)
+				}
+			}
+			kv = "PATH=" + strings.Join(keep, string(filepath.ListSeparator))
 		}
 		env = append(env, kv)
 	}
