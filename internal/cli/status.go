@@ -18,10 +18,11 @@ func newStatus() *cobra.Command {
 		output string
 	)
 	cmd := &cobra.Command{
-		Use:   "status --config FILE [--kubeconfig FILE] [-o table|json]",
+		Use:   "status [--config FILE] [--kubeconfig FILE] [-o table|json]",
 		Short: "Show every target's state and what to do about it",
 		Long: `status reads the cluster and the registry as a tick would and shows, for
-every (group, image, target), its state — pinned, drifted, first-observed,
+every (group, image, target) — configured, and discovered by label; without
+--config every managed target of the cluster (SPEC D3) — its state — pinned, drifted, first-observed,
 locked-out, not-settled, stale-pin, inert, unreadable or error — with the
 remediation for anything not pinned (docs/states/). It writes nothing.`,
 		Args: noArgs,
@@ -34,6 +35,9 @@ remediation for anything not pinned (docs/states/). It writes nothing.`,
 				return err
 			}
 			log := newLogger(io.Discard, c.logFormat)
+			if cfg, err = c.withDiscovered(cmd.Context(), cfg, log); err != nil {
+				return err
+			}
 			r, err := c.runner(cfg, log, nil)
 			if err != nil {
 				return err
