@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +202,67 @@ func (e *env) statusRows(args ...string) []map[string]any {
 		e.t.Fatalf("status -o json is not a JSON list: %v\n%s", err, out)
 	}
 	return rows
+}
+
+func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(t *testing.T) {
+	e := discoveryEnv(t)
+	api := e.push("api", "prod")
+	db := e.push("db", "prod")
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", e.repo("api")+":prod"))
+	testenv.StatefulSet(t, e.c.Client, e.ns, "db", testenv.WithContainer("db", e.repo("db")+":prod"))
+	e.settle("Deployment", "api")
+	e.settle("StatefulSet", "db")
+	group := e.ns + "/deployment/api"
+
+	ctl := e.startRun(e.settings(), "--poll-interval", "1h", "--watch-namespaces", e.ns)
+	ctl.waitReady(t)
+
+	// A label alone adopts the Deployment: the first pass records (R5) …
+	e.enable("Deployment", "api")
+	eventually(t, 20*time.Second, "labelled Deployment recorded", func() bool {
+		return e.annotations("api")[e.key("last-refreshed-api-digest")] == api
+	})
+	if a := e.object("StatefulSet", "db").Annotations; a[e.key("last-refreshed-db-digest")] != "" {
+		t.Fatalf("the unlabelled StatefulSet was managed: %v", a)
+	}
+	// … and the next one pins it, its tag kept (D1).
+	pinned := e.repo("api") + ":prod@" + api
+	from := ctl.passes(t, group)
+	e.kick("api")
+	ctl.waitPasses(t, group, from, 1)
+	eventually(t, 20*time.Second, "labelled Deployment pinned", func() bool { return e.image("api", "api") == pinned })
+	e.settle("Deployment", "api")
+
+	// C1 holds for a discovered group as for a configured one.
+	e.setImageAs("helm", "Deployment", "api", "api", e.repo("api")+":prod")
+	took := eventually(t, 10*time.Second, "revert of a discovered target re-pinned", func() bool { return e.image("api", "api") == pinned })
+	t.Logf("revert re-pinned after %s", took.Round(time.Millisecond))
+
+	// Labelling the namespace adopts its other workloads, from a cache of
+	// that namespace started when the label is seen.
+	e.label("Namespace", e.ns, map[string]*string{e.key("enabled"): ptr("true")})
+	eventually(t, 20*time.Second, "StatefulSet of the labelled namespace recorded", func() bool {
+		return e.object("StatefulSet", "db").Annotations[e.key("last-refreshed-db-digest")] == db
+	})
+
+	// Label removed: let go. The pin stays, the state annotations go, and
+	// the log says so.
+	e.label("Namespace", e.ns, map[string]*string{e.key("enabled"): nil})
+	e.label("Deployment", "api", map[string]*string{e.key("enabled"): nil})
+	for _, w := range [][2]string{{"Deployment", "api"}, {"StatefulSet", "db"}} {
+		eventually(t, 20*time.Second, w[0]+" "+w[1]+" let go", func() bool {
+			for k := range e.object(w[0], w[1]).Annotations {
+				if strings.HasPrefix(k, e.prefix+"/") {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if got := e.image("api", "api"); got != pinned {
+		t.Errorf("let go changed the image to %s, want the pin %s kept", got, pinned)
+	}
+	if n := len(logLines(ctl.Logs(), "INFO", "let go", "state annotations were removed")); n < 2 {
+		t.Errorf("let go logged %d times, want once per workload:\n%s", n, ctl.Logs())
+	}
 }
