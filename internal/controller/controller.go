@@ -56,10 +56,10 @@ type Controller struct {
 	discovered map[string]config.Group           // by name (D1)
 	groups     map[string]config.Group           // configured and discovered
 	byObject   map[types.NamespacedName][]string // workload → group names
-	queue    workqueue.TypedRateLimitingInterface[reconcile.Request]
-	reverted map[config.Workload]revert // the last write that changed a workload's images
-	skipped  map[string]time.Time       // when a group's skip streak last counted
-	passes   atomic.Int64
+	queue      workqueue.TypedRateLimitingInterface[reconcile.Request]
+	reverted   map[config.Workload]revert // the last write that changed a workload's images
+	skipped    map[string]time.Time       // when a group's skip streak last counted
+	passes     atomic.Int64
 }
 
 // revert is a write that changed a workload's images, as the watch saw it.
@@ -72,7 +72,7 @@ type revert struct {
 func New(r *irreconcile.Runner, p *poller.Poller, resync time.Duration, maxRounds int, window time.Duration) *Controller {
 	c := &Controller{
 		Runner: r, Poller: p, Resync: resync,
-		Fights:   fights{MaxRounds: maxRounds, Window: window},
+		Fights:     fights{MaxRounds: maxRounds, Window: window},
 		configured: r.Config.Groups,
 		discovered: map[string]config.Group{},
 		reverted:   map[config.Workload]revert{},

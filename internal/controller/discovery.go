@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -52,7 +52,7 @@ type namespaceCaches struct {
 	httpClient *http.Client
 	main       cache.Cache
 	api        client.Reader
-	covered map[string]bool // namespaces the manager's cache holds whole (configured)
+	covered    map[string]bool // namespaces the manager's cache holds whole (configured)
 	// watch adds the controller's watches on a new cache.
 	watch func(c cache.Cache) error
 

@@ -105,7 +105,7 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 		healthAddr = "0"
 	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
-		Scheme: scheme.Scheme,
+		Scheme:                        scheme.Scheme,
 		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        healthAddr,
