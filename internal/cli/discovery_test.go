@@ -3,6 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +267,76 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 	}
 	if n := len(logLines(ctl.Logs(), "INFO", "let go", "state annotations were removed")); n < 2 {
 		t.Errorf("let go logged %d times, want once per workload:\n%s", n, ctl.Logs())
+	}
+}
+
+// TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig builds
+// the binary as kubectl-image_refresh and runs it through kubectl, with no
+// config file: every managed target of the cluster (in scope: this test's
+// namespace) is listed from the cluster, and no name is cut.
+func TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig(t *testing.T) {
+	e := newEnv(t) // the default prefix: what a config-less status reads
+	// Unlabelled before the namespace goes, so that no other test's
+	// cluster-wide discovery sees a namespace being deleted.
+	t.Cleanup(func() {
+		_, _ = e.c.Client.CoreV1().Namespaces().Patch(context.Background(), e.ns, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"image-refresh.io/enabled":null}}}`), metav1.PatchOptions{})
+	})
+	digest := e.push("api", "prod")
+	long := "a-deployment-with-a-name-longer-than-any-column"
+	testenv.Deployment(t, e.c.Client, e.ns, long, testenv.WithContainer("application-container", e.repo("api")+":prod"))
+	testenv.Deployment(t, e.c.Client, e.ns, "unmanaged", testenv.WithContainer("app", e.repo("api")+":prod"),
+		testenv.WithAnnotations(map[string]string{"image-refresh.io/ignore-containers": "app"}))
+	e.settle("Deployment", long)
+	e.label("Namespace", e.ns, map[string]*string{"image-refresh.io/enabled": ptr("true")})
+	cfg := e.settings() // the registry's TLS setting alone, for the ticks
+	for range 2 {
+		e.discoveryTick(cfg)
+	}
+	if got, want := e.image(long, "application-container"), e.repo("api")+":prod@"+digest; got != want {
+		t.Fatalf("setup: %s runs %s, want %s", long, got, want)
+	}
+
+	bin := buildImageRefresh(t)
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "kubectl-image_refresh")
+	if err := os.Link(bin, plugin); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(e.c.BinDir, "kubectl"), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if help := kubectl("image-refresh", "status", "--help"); !strings.Contains(help, "kubectl image-refresh status") {
+		t.Errorf("the plugin's help does not name itself kubectl image-refresh:\n%s", help)
+	}
+	out := kubectl("image-refresh", "status", "--watch-namespaces", e.ns)
+	t.Logf("kubectl image-refresh status:\n%s", out)
+	group := e.ns + "/deployment/" + long
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 6 && f[0] == group {
+			found = true
+			if f[2] != long+"/application-container" || f[3] != "pinned" {
+				t.Errorf("row %q: want TARGET %s/application-container, state pinned", l, long)
+			}
+		}
+		if strings.Contains(l, "unmanaged") {
+			t.Errorf("the ignored container is listed: %q", l)
+		}
+	}
+	if !found {
+		t.Errorf("no row for group %s, its name whole", group)
+	}
+	wide := kubectl("image-refresh", "status", "--watch-namespaces", e.ns, "-o", "wide")
+	if !strings.Contains(wide, digest) || !strings.Contains(wide, e.ns) {
+		t.Errorf("-o wide lacks the namespace or the full digest:\n%s", wide)
 	}
 }

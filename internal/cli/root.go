@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -66,6 +67,17 @@ func invalid(format string, args ...any) error {
 
 // Version is set at build time with -ldflags -X.
 var Version = "dev"
+
+// NewRootFor builds the command tree for the program named program
+// (os.Args[0]): installed as kubectl-image_refresh, the binary is the
+// kubectl plugin `kubectl image-refresh`, and its help says so.
+func NewRootFor(program string, out, errOut io.Writer) *cobra.Command {
+	root := NewRoot(out, errOut)
+	if strings.HasPrefix(filepath.Base(program), "kubectl-") {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl image-refresh"}
+	}
+	return root
+}
 
 // NewRoot builds the command tree. out and errOut receive the commands'
 // output and logs.
