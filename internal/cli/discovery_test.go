@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -338,5 +340,47 @@ func TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig(t *testing
 	wide := kubectl("image-refresh", "status", "--watch-namespaces", e.ns, "-o", "wide")
 	if !strings.Contains(wide, digest) || !strings.Contains(wide, e.ns) {
 		t.Errorf("-o wide lacks the namespace or the full digest:\n%s", wide)
+	}
+}
+
+// TestRender_D1_ALabelledWorkloadIsRenderedPinned: a re-render of a
+// labelled workload comes out pinned to its recorded digest, as a
+// configured target's does (B2 for a discovered group), its tag kept; an
+// unlabelled workload's is written as read.
+func TestRender_D1_ALabelledWorkloadIsRenderedPinned(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+	e.discoveryTick(cfg) // records
+	manifest := func(name string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  template:
+    spec:
+      containers:
+        - name: api
+          image: %s
+`, name, e.ns, tag)
+	}
+	stream := manifest("api") + "---\n" + manifest("other")
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
+	root.SetIn(strings.NewReader(stream))
+	root.SetArgs([]string{"render", "--config", cfg, "--kubeconfig", e.kubeconfig, "--watch-namespaces", e.ns})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("render: %v\n%s", err, errOut.String())
+	}
+	t.Logf("render log:\n%s", errOut.String())
+	want := strings.Replace(stream, "image: "+tag+"\n", "image: "+tag+"@"+digest+"\n", 1)
+	if out.String() != want {
+		t.Errorf("render wrote\n%s\nwant (only the labelled workload's image pinned)\n%s", out.String(), want)
 	}
 }

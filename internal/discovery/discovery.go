@@ -265,3 +265,14 @@ func validImageName(prefix, name string) bool {
 	}
 	return true
 }
+
+// PinFormat is how a group's pins are written: a discovered group's always
+// keep the tag (repo:tag@digest), so that its targets stay discoverable
+// (D1); a configured group's follow the config's pinFormat. tick, run, the
+// webhook and render all ask this.
+func PinFormat(group string, configured imageref.PinFormat) imageref.PinFormat {
+	if IsDiscoveredName(group) {
+		return imageref.PinTagAndDigest
+	}
+	return configured
+}

@@ -65,11 +65,7 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 	settings := refresh.SettingsFrom(r.Config, r.ConfigPath)
 	settings.Instance = r.Instance
 	settings.NoWait = opts.NoWait
-	if discovery.IsDiscoveredName(g.Name) {
-		// The tag survives the pin, so that the target stays
-		// discoverable (D1), whatever pinFormat the configured groups use.
-		settings.PinFormat = imageref.PinTagAndDigest
-	}
+	settings.PinFormat = discovery.PinFormat(g.Name, settings.PinFormat)
 	decide := func() (Snapshot, *refresh.Plan) {
 		snap := r.Observe(ctx, g, latest)
 		snap.Observation.Fights = opts.Fights
