@@ -17,7 +17,7 @@ func main() { os.Exit(run()) }
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := cli.NewRoot(os.Stdout, os.Stderr).ExecuteContext(ctx)
+	err := cli.NewRootFor(os.Args[0], os.Stdout, os.Stderr).ExecuteContext(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "image-refresh:", err)
 	}

@@ -69,7 +69,9 @@ func (w *world) tagRef() string { return w.reg.Host() + "/acme/api:prod" }
 func (w *world) install(extra map[string]any) {
 	w.t.Helper()
 	values := map[string]any{
-		"image": map[string]any{"repository": "registry.example.com/ops/image-refresh"},
+		"mode":      "cronjob",
+		"discovery": map[string]any{"enabled": false},
+		"image":     map[string]any{"repository": "registry.example.com/ops/image-refresh"},
 		"config": map[string]any{
 			"rolloutTimeout":  "30s",
 			"registryTimeout": "3s",
@@ -84,8 +86,18 @@ func (w *world) install(extra map[string]any) {
 			}},
 		},
 	}
-	out, err := w.h.run("install", "ir", chartDir(w.t), "--namespace", w.releaseNS,
-		"-f", valuesFile(w.t, values), "-f", valuesFile(w.t, extra))
+	w.installValues(values, extra)
+}
+
+// installValues installs the chart as release "ir" with the values files
+// of values, in order; it is uninstalled when the test ends.
+func (w *world) installValues(values ...map[string]any) {
+	w.t.Helper()
+	args := []string{"install", "ir", chartDir(w.t), "--namespace", w.releaseNS}
+	for _, v := range values {
+		args = append(args, "-f", valuesFile(w.t, v))
+	}
+	out, err := w.h.run(args...)
 	if err != nil {
 		w.t.Fatalf("helm install: %v\n%s", err, out)
 	}
@@ -337,7 +349,7 @@ func testInstallControllerRBAC(t *testing.T, w *world) {
 
 	// Pin first (two ticks, as the controller's own ServiceAccount), so the
 	// controller's job below is the revert alone.
-	tickArgs := []string{"tick", "--config", args[2]}
+	tickArgs := []string{"tick", "--config", args[2], "--discovery=false"} // as the release: discovery off
 	w.tick(tickArgs, kubeconfig)
 	w.tick(tickArgs, kubeconfig)
 	pinned := w.tagRef() + "@" + w.digest
@@ -521,4 +533,76 @@ func eventually(t *testing.T, timeout time.Duration, what string, c *controller,
 	}
 	t.Fatalf("%s: not within %s", what, timeout)
 	return 0
+}
+
+// TestInstall_D1_DefaultsInstallAControllerThatPinsALabelledWorkload
+// installs the chart with image.repository alone (and the test registry's
+// TLS setting) and runs the installed Deployment's `run` as the chart's
+// ServiceAccount: discovery mode, cluster-wide, with the RBAC it needs and
+// no more; a workload labelled image-refresh.io/enabled=true is pinned.
+func TestInstall_D1_DefaultsInstallAControllerThatPinsALabelledWorkload(t *testing.T) {
+	eachHelm(t, testInstallDiscoveryDefaults)
+}
+
+func testInstallDiscoveryDefaults(t *testing.T, w *world) {
+	ctx := context.Background()
+	testenv.Deployment(t, w.c.Client, w.ns, "api", testenv.WithContainer("api", w.tagRef()))
+	if err := testenv.WaitSettled(ctx, w.c.Client, "Deployment", w.ns, "api", 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	w.installValues(map[string]any{
+		"image":  map[string]any{"repository": "registry.example.com/ops/image-refresh"},
+		"config": map[string]any{"registries": []any{map[string]any{"host": w.reg.Host(), "insecure": true}}},
+	})
+	d, err := w.c.Client.AppsV1().Deployments(w.releaseNS).Get(ctx, "ir-image-refresh", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the defaults install no controller Deployment: %v", err)
+	}
+	args, sa := w.installed(d.Spec.Template.Spec)
+	kubeconfig, asSA := w.saKubeconfig(sa)
+	checkAccess(t, asSA, []access{
+		{"list", "", "namespaces", "", "", true},
+		{"watch", "apps", "deployments", "", "", true},
+		{"patch", "apps", "deployments", w.ns, "api", true},
+		{"watch", "batch", "cronjobs", "", "", true},
+		{"watch", "", "pods", "", "", true},
+		{"get", "", "pods", w.ns, "", false}, // list and watch only (N1)
+		{"delete", "apps", "deployments", w.ns, "api", false},
+		{"update", "apps", "deployments", w.ns, "api", false},
+		{"list", "", "secrets", w.ns, "", false},
+		{"get", "", "secrets", w.ns, "regcred", false},
+		{"patch", "", "namespaces", w.ns, "", false},
+		{"create", "coordination.k8s.io", "leases", w.releaseNS, "", false}, // no leader election by default
+	})
+
+	health, metrics := freeAddr(t), freeAddr(t)
+	args = setArg(setArg(args, "--health-addr", health), "--metrics-addr", metrics)
+	args = append(args, "--kubeconfig", kubeconfig, "--log-format", "text")
+	ctl := startRun(t, args)
+	eventually(t, 60*time.Second, "controller ready (informer caches synced)", ctl, func() bool {
+		code, _ := httpGet("http://" + health + "/readyz")
+		return code == http.StatusOK
+	})
+
+	label := `{"metadata":{"labels":{"image-refresh.io/enabled":"true"}}}`
+	if _, err := w.c.Client.AppsV1().Deployments(w.ns).Patch(ctx, "api", types.MergePatchType, []byte(label), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	key := "image-refresh.io/last-refreshed-api-digest"
+	eventually(t, 30*time.Second, "labelled workload recorded", ctl, func() bool {
+		d, err := w.c.Client.AppsV1().Deployments(w.ns).Get(ctx, "api", metav1.GetOptions{})
+		return err == nil && d.Annotations[key] == w.digest
+	})
+	// A removed state annotation starts a pass (as a rearm does): the one
+	// that pins the target still on its tag (R5, R7).
+	for _, patch := range []string{`{"metadata":{"annotations":{"image-refresh.io/kick":"1"}}}`, `{"metadata":{"annotations":{"image-refresh.io/kick":null}}}`} {
+		if _, err := w.c.Client.AppsV1().Deployments(w.ns).Patch(ctx, "api", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pinned := w.tagRef() + "@" + w.digest
+	eventually(t, 30*time.Second, "labelled workload pinned", ctl, func() bool { return w.imageOf(w.ns, "api") == pinned })
+	if logs := ctl.Logs(); strings.Contains(logs, "forbidden") {
+		t.Errorf("controller log has an RBAC denial:\n%s", logs)
+	}
 }

@@ -442,7 +442,9 @@ func TestChart_WebhookWithCertSecret(t *testing.T) {
 func TestChart_RBACFollowsConfig(t *testing.T) {
 	h := newHelm(t)
 	base := map[string]any{
-		"image": map[string]any{"repository": "registry.example.com/ops/image-refresh"},
+		"mode":      "cronjob",
+		"discovery": map[string]any{"enabled": false},
+		"image":     map[string]any{"repository": "registry.example.com/ops/image-refresh"},
 		"config": map[string]any{"groups": []any{map[string]any{
 			"name":   "web",
 			"anchor": map[string]any{"kind": "Deployment", "namespace": "state", "name": "holder"},
@@ -551,9 +553,9 @@ func TestChart_SchemaRejectsBadValues(t *testing.T) {
 			values: map[string]any{"config": map[string]any{"maxSkipTicks": "8"}},
 			want:   []string{"/config/maxSkipTicks"},
 		},
-		"no groups at all": {
-			values: map[string]any{"config": map[string]any{"groups": []any{}}},
-			want:   []string{"/config/groups"},
+		"a watched namespace that is not a namespace name": {
+			values: map[string]any{"discovery": map[string]any{"watchNamespaces": []any{"Not_A_Namespace"}}},
+			want:   []string{"/discovery/watchNamespaces/0"},
 		},
 		"an unknown mode": {
 			values: map[string]any{"mode": "daemon"},

@@ -16,7 +16,7 @@ func newRearm() *cobra.Command {
 		group string
 	)
 	cmd := &cobra.Command{
-		Use:   "rearm --config FILE [--kubeconfig FILE] --group NAME",
+		Use:   "rearm [--config FILE] [--kubeconfig FILE] --group NAME",
 		Short: "Clear a group's attempt counter and lockout (R18)",
 		Long: `rearm clears the refresh-attempt counter and the refresh-flap-detected lockout
 marker on the group's anchor, so that the next tick acts again. Every lockout
@@ -31,11 +31,16 @@ message names this command. Fix what kept the rollout from settling first
 			if err != nil {
 				return err
 			}
+			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
+			if _, ok := cfg.Group(group); !ok {
+				if cfg, err = c.withDiscovered(cmd.Context(), cfg, nil); err != nil {
+					return err
+				}
+			}
 			g, ok := cfg.Group(group)
 			if !ok {
-				return invalid("--group: no group %q in %s", group, c.configPath)
+				return invalid("--group: no group %q in the config or among the labelled workloads (`%s` lists them)", group, c.statusCommand())
 			}
-			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
 			r, err := c.runner(cfg, log, nil)
 			if err != nil {
 				return err

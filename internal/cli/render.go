@@ -26,7 +26,7 @@ func newRender() *cobra.Command {
 		namespace string
 	)
 	cmd := &cobra.Command{
-		Use:   "render --config FILE [--kubeconfig FILE] [--namespace NS]",
+		Use:   "render [--config FILE] [--kubeconfig FILE] [--namespace NS]",
 		Short: "Helm post-renderer: pin managed images of a manifest stream to their recorded digests (B2)",
 		Long: `render reads a rendered manifest stream (what helm template, install and
 upgrade render) on stdin and writes it to stdout with every managed
@@ -71,6 +71,16 @@ Exit codes:
 				}
 			}
 			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
+			// The labelled workloads are pinned as the configured ones (D1),
+			// from the cluster; no cluster (helm template) leaves them on
+			// their tags, as it does every image without a record (B2).
+			if found, err := c.withDiscovered(cmd.Context(), cfg, nil); err == nil {
+				cfg = found
+			} else if ee := (*ExitError)(nil); errors.As(err, &ee) {
+				return err
+			} else if c.discover {
+				log.Info("discovery: the cluster cannot be read; labelled workloads are left as rendered", "error", err)
+			}
 			in, err := io.ReadAll(cmd.InOrStdin())
 			if err != nil {
 				return fmt.Errorf("read the manifests on stdin: %w", err)

@@ -8,8 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -65,6 +68,17 @@ func invalid(format string, args ...any) error {
 // Version is set at build time with -ldflags -X.
 var Version = "dev"
 
+// NewRootFor builds the command tree for the program named program
+// (os.Args[0]): installed as kubectl-image_refresh, the binary is the
+// kubectl plugin `kubectl image-refresh`, and its help says so.
+func NewRootFor(program string, out, errOut io.Writer) *cobra.Command {
+	root := NewRoot(out, errOut)
+	if strings.HasPrefix(filepath.Base(program), "kubectl-") {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl image-refresh"}
+	}
+	return root
+}
+
 // NewRoot builds the command tree. out and errOut receive the commands'
 // output and logs.
 func NewRoot(out, errOut io.Writer) *cobra.Command {
@@ -89,10 +103,15 @@ type common struct {
 	configPath string
 	kubeconfig string
 	logFormat  string
+	// discover and watchNamespaces shape discovery (SPEC D1).
+	discover        bool
+	watchNamespaces []string
 }
 
 func (c *common) bind(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&c.configPath, "config", "", "config file (YAML; see docs/config.md) (required)")
+	cmd.Flags().StringVar(&c.configPath, "config", "", "config file (YAML; see docs/config.md); without it, the defaults and discovery alone")
+	cmd.Flags().BoolVar(&c.discover, "discovery", true, "manage the workloads labelled <annotationPrefix>/enabled=true and those of namespaces labelled so (SPEC D1)")
+	cmd.Flags().StringSliceVar(&c.watchNamespaces, "watch-namespaces", nil, "discover only in these namespaces (comma-separated); default: the whole cluster")
 	cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster when running in a pod, else $KUBECONFIG or ~/.kube/config")
 	cmd.Flags().StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 }
@@ -100,17 +119,33 @@ func (c *common) bind(cmd *cobra.Command) {
 // load validates flags and config before anything touches the cluster, so
 // an invalid one exits 2 with nothing read or written.
 func (c *common) load() (*config.Config, error) {
-	if c.configPath == "" {
-		return nil, invalid("--config is required")
-	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return nil, invalid("--log-format: %q is not one of text, json", c.logFormat)
+	}
+	for _, ns := range c.watchNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			return nil, invalid("--watch-namespaces: %q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+		}
+	}
+	if c.configPath == "" {
+		if !c.discover {
+			return nil, invalid("--config is required with --discovery=false")
+		}
+		return config.Defaults(), nil
 	}
 	cfg, err := config.Load(c.configPath)
 	if err != nil {
 		return nil, &ExitError{Code: ExitInvalid, Err: err} // names the file already
 	}
 	return cfg, nil
+}
+
+// statusCommand is the status command line matching this one's flags.
+func (c *common) statusCommand() string {
+	if c.configPath == "" {
+		return "image-refresh status"
+	}
+	return "image-refresh status --config " + c.configPath
 }
 
 func newLogger(w io.Writer, format string) *slog.Logger {

@@ -50,9 +50,9 @@ type webhookFlags struct {
 func newRun() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run --config FILE [--kubeconfig FILE] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--webhook-port N] [--log-format text|json]",
+		Use:   "run [--config FILE] [--kubeconfig FILE] [--watch-namespaces NS,…] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--webhook-port N] [--log-format text|json]",
 		Short: "Run as a controller: re-pin a revert within seconds, poll the registry on an interval",
-		Long: `run watches the configured workloads and re-pins a write that takes a target off
+		Long: `run watches the configured and the labelled workloads (SPEC D1) and re-pins a write that takes a target off
 its recorded digest as soon as the API server reports it (C1), under the same
 guards as tick (settled guard, attempts and lockout, registry gate). It asks the
 registry once per repository:tag per poll interval, with jitter and backoff
@@ -169,7 +169,12 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	var disc *controller.Discovery
+	if o.discover {
+		disc = &controller.Discovery{Namespaces: o.watchNamespaces}
+	}
 	mgr, err := controller.NewManager(rc, r, controller.Options{
+		Discovery:    disc,
 		PollInterval: o.pollInterval, PollJitter: o.pollJitter, Workers: o.workers,
 		FightMaxRounds: o.fightMaxRounds, FightWindow: o.fightWindow,
 		MetricsAddr: o.metricsAddr, HealthAddr: o.healthAddr,
@@ -183,7 +188,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	log.Info("image-refresh controller starting", "version", Version, "groups", len(cfg.Groups),
+	log.Info("image-refresh controller starting", "version", Version, "groups", len(cfg.Groups), "discovery", o.discover,
 		"pollInterval", o.pollInterval.String(), "leaderElect", o.leaderElect, "webhookPort", o.webhook.port)
 	if err := mgr.Start(cmd.Context()); err != nil {
 		return fmt.Errorf("controller stopped: %w", err)

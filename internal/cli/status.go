@@ -18,22 +18,26 @@ func newStatus() *cobra.Command {
 		output string
 	)
 	cmd := &cobra.Command{
-		Use:   "status --config FILE [--kubeconfig FILE] [-o table|json]",
+		Use:   "status [--config FILE] [--kubeconfig FILE] [-o table|wide|json]",
 		Short: "Show every target's state and what to do about it",
 		Long: `status reads the cluster and the registry as a tick would and shows, for
-every (group, image, target), its state — pinned, drifted, first-observed,
+every (group, image, target) — configured, and discovered by label; without
+--config every managed target of the cluster (SPEC D3) — its state — pinned, drifted, first-observed,
 locked-out, not-settled, stale-pin, inert, unreadable or error — with the
 remediation for anything not pinned (docs/states/). It writes nothing.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return invalid("-o: %q is not one of table, json", output)
+			if output != "table" && output != "wide" && output != "json" {
+				return invalid("-o: %q is not one of table, wide, json", output)
 			}
 			cfg, err := c.load()
 			if err != nil {
 				return err
 			}
 			log := newLogger(io.Discard, c.logFormat)
+			if cfg, err = c.withDiscovered(cmd.Context(), cfg, log); err != nil {
+				return err
+			}
 			r, err := c.runner(cfg, log, nil)
 			if err != nil {
 				return err
@@ -51,26 +55,37 @@ remediation for anything not pinned (docs/states/). It writes nothing.`,
 				}
 				return enc.Encode(rows)
 			}
-			printRows(cmd.OutOrStdout(), rows)
+			printRows(cmd.OutOrStdout(), rows, output == "wide")
 			return nil
 		},
 	}
 	c.bind(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, wide (adds NAMESPACE and KIND, the full digest) or json")
 	return cmd
 }
 
-// printRows prints the status table: it fits 80 columns, and every row not
-// pinned is followed by its message and remediation.
-func printRows(w io.Writer, rows []refresh.Row) {
+// printRows prints the status table: the columns widen to the longest
+// cell, as kubectl's do, so no name is ever cut (D3); every row not pinned
+// is followed by its message and remediation. wide adds the namespace and
+// kind of each target and prints the whole digest.
+func printRows(w io.Writer, rows []refresh.Row, wide bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tIMAGE\tTARGET\tSTATE\tDIGEST\tRUNNING")
+	if wide {
+		fmt.Fprintln(tw, "GROUP\tIMAGE\tNAMESPACE\tKIND\tTARGET\tSTATE\tDIGEST\tRUNNING")
+	} else {
+		fmt.Fprintln(tw, "GROUP\tIMAGE\tTARGET\tSTATE\tDIGEST\tRUNNING")
+	}
 	for _, r := range rows {
 		digest := r.Latest
 		if r.Recorded != "" {
 			digest = r.Recorded
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", trunc(r.Group, 8), trunc(r.Image, 8), truncLeft(shortTarget(r.Target), 20), r.State, shortDigest(digest), runningCell(r.Running))
+		if wide {
+			t := r.TargetRef()
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, t.Namespace, t.Kind, t.Name+"/"+t.Container, r.State, orDash(digest), runningCell(r.Running))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, shortTarget(r.Target), r.State, orDash(shortDigest(digest)), runningCell(r.Running))
 	}
 	tw.Flush()
 	for _, r := range rows {
@@ -142,7 +157,7 @@ func show(v *string) string {
 
 func shortTarget(t string) string {
 	// "Deployment ns/name container c" -> "name/c": the namespace is in the
-	// detail lines; the table must fit 80 columns.
+	// detail lines and in -o wide.
 	f := strings.Fields(t)
 	if len(f) == 4 {
 		return f[1][strings.IndexByte(f[1], '/')+1:] + "/" + f[3]
@@ -157,19 +172,11 @@ func shortDigest(d string) string {
 	return d
 }
 
-// truncLeft keeps the end of s, where a target's name and container are.
-func truncLeft(s string, n int) string {
-	if len(s) <= n {
-		return s
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
-	return "…" + s[len(s)-(n-1):]
-}
-
-func trunc(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
+	return s
 }
 
 func wrap(s string, width int, indent string) string {

@@ -15,9 +15,11 @@ func newTick() *cobra.Command {
 		metricsFile string
 	)
 	cmd := &cobra.Command{
-		Use:   "tick --config FILE [--kubeconfig FILE] [--dry-run] [--log-format text|json]",
+		Use:   "tick [--config FILE] [--kubeconfig FILE] [--dry-run] [--log-format text|json]",
 		Short: "Run one reconcile pass over every group (the CronJob mode)",
-		Long: `tick resolves every configured image in its registry, reads every target's
+		Long: `tick resolves every managed image in its registry — the config's groups and
+the workloads labelled <annotationPrefix>/enabled=true (or in a namespace
+labelled so) — reads every target's
 live image, re-pins what drifted or reverted and records what rolled out, under
 the settled guard, attempt counter and lockout of SPEC.md.
 
@@ -34,6 +36,9 @@ Exit codes:
 				return err
 			}
 			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
+			if cfg, err = c.withDiscovered(cmd.Context(), cfg, log); err != nil {
+				return err
+			}
 			m := metrics.New()
 			r, err := c.runner(cfg, log, m)
 			if err != nil {
@@ -49,7 +54,7 @@ Exit codes:
 				}
 			}
 			if res.NeedsHuman() {
-				return &ExitError{Code: ExitNeedsHuman, Err: fmt.Errorf("a group needs attention; see the log lines above or run `image-refresh status --config %s`", c.configPath)}
+				return &ExitError{Code: ExitNeedsHuman, Err: fmt.Errorf("a group needs attention; see the log lines above or run `%s`", c.statusCommand())}
 			}
 			return nil
 		},

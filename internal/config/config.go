@@ -155,7 +155,8 @@ type Config struct {
 }
 
 // Defaults returns a Config with every optional setting at its default and
-// no groups (so it does not pass Validate on its own).
+// no groups: valid, and the config of discovery alone (SPEC D1) when no
+// file is given.
 func Defaults() *Config {
 	return &Config{
 		AnnotationPrefix:   DefaultAnnotationPrefix,

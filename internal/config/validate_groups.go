@@ -25,10 +25,7 @@ type groupChecks struct {
 }
 
 func (v *validator) groups(groups []Group, prefix string) {
-	if len(groups) == 0 {
-		v.errorf("groups", "at least one group is required")
-		return
-	}
+	// No groups is valid: discovery only (SPEC D1).
 	gc := &groupChecks{
 		prefix:  prefix,
 		names:   map[string]int{},

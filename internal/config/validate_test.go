@@ -45,8 +45,6 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 			func(c *Config) { c.FirstInstall = "always" }, []string{"firstInstall:", "pin-next-tick, only-after-ever-pinned"}},
 		{"an unknown pinFormat is rejected with the allowed values",
 			func(c *Config) { c.PinFormat = "sha" }, []string{"pinFormat:", "tag+digest, digest"}},
-		{"a config without groups is rejected",
-			func(c *Config) { c.Groups = nil }, []string{"groups: at least one group is required"}},
 		{"a group without a name is rejected",
 			func(c *Config) { c.Groups[0].Name = "" }, []string{"groups[0].name: missing"}},
 		{"a group name that is not a DNS-1123 label is rejected",

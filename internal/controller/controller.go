@@ -9,12 +9,15 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,14 +47,19 @@ type Controller struct {
 	Resync time.Duration
 	Fights fights
 
-	groups   map[string]config.Group
-	byObject map[types.NamespacedName][]string // workload → group names
+	// discovery is nil when discovery is off.
+	discovery *discoveryState
+	ctrl      controller.Controller
 
-	mu       sync.Mutex
-	queue    workqueue.TypedRateLimitingInterface[reconcile.Request]
-	reverted map[config.Workload]revert // the last write that changed a workload's images
-	skipped  map[string]time.Time       // when a group's skip streak last counted
-	passes   atomic.Int64
+	mu         sync.Mutex
+	configured []config.Group
+	discovered map[string]config.Group           // by name (D1)
+	groups     map[string]config.Group           // configured and discovered
+	byObject   map[types.NamespacedName][]string // workload → group names
+	queue      workqueue.TypedRateLimitingInterface[reconcile.Request]
+	reverted   map[config.Workload]revert // the last write that changed a workload's images
+	skipped    map[string]time.Time       // when a group's skip streak last counted
+	passes     atomic.Int64
 }
 
 // revert is a write that changed a workload's images, as the watch saw it.
@@ -64,30 +72,62 @@ type revert struct {
 func New(r *irreconcile.Runner, p *poller.Poller, resync time.Duration, maxRounds int, window time.Duration) *Controller {
 	c := &Controller{
 		Runner: r, Poller: p, Resync: resync,
-		Fights:   fights{MaxRounds: maxRounds, Window: window},
-		groups:   map[string]config.Group{},
-		byObject: map[types.NamespacedName][]string{},
-		reverted: map[config.Workload]revert{},
-		skipped:  map[string]time.Time{},
+		Fights:     fights{MaxRounds: maxRounds, Window: window},
+		configured: r.Config.Groups,
+		discovered: map[string]config.Group{},
+		reverted:   map[config.Workload]revert{},
+		skipped:    map[string]time.Time{},
 	}
+	c.rebuildLocked()
 	for _, g := range r.Config.Groups {
-		c.groups[g.Name] = g
-		for _, w := range g.Workloads() {
-			key := types.NamespacedName{Namespace: w.Namespace, Name: string(w.Kind) + "/" + w.Name}
-			c.byObject[key] = appendOnce(c.byObject[key], g.Name)
-		}
-		for _, img := range g.Images {
-			p.Add(img)
-		}
+		p.Add(g.Images...)
 	}
 	p.OnChange = c.registryChanged
 	r.OnRepin = c.repinned
 	return c
 }
 
+// rebuildLocked recomputes groups and byObject from the configured and the
+// discovered groups; c.mu is held (or c not shared yet).
+func (c *Controller) rebuildLocked() {
+	c.groups = map[string]config.Group{}
+	c.byObject = map[types.NamespacedName][]string{}
+	add := func(g config.Group) {
+		c.groups[g.Name] = g
+		for _, w := range g.Workloads() {
+			key := types.NamespacedName{Namespace: w.Namespace, Name: string(w.Kind) + "/" + w.Name}
+			c.byObject[key] = appendOnce(c.byObject[key], g.Name)
+		}
+	}
+	for _, g := range c.configured {
+		add(g)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.discovered)) {
+		add(c.discovered[name])
+	}
+}
+
+// allGroups returns every group, configured and discovered.
+func (c *Controller) allGroups() []config.Group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Collect(maps.Values(c.groups))
+}
+
+func (c *Controller) group(name string) (config.Group, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g, ok := c.groups[name]
+	return g, ok
+}
+
 // Kinds lists the workload kinds the config names, in the table's order:
-// the only ones watched, so RBAC for the others is not needed.
-func Kinds(cfg *config.Config) []*workload.Kind {
+// the only ones watched, so RBAC for the others is not needed. Discovery
+// watches every kind.
+func Kinds(cfg *config.Config, d *Discovery) []*workload.Kind {
+	if d != nil {
+		return workload.Kinds()
+	}
 	used := map[string]bool{}
 	for _, g := range cfg.Groups {
 		for _, w := range g.Workloads() {
@@ -122,12 +162,7 @@ func Namespaces(cfg *config.Config) []string {
 // names (in the configured namespaces only, see the manager's cache
 // options), filtered to the named workloads, plus the poller's changes.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
-	preds := builder.WithPredicates(predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return true },
-		DeleteFunc:  func(e event.DeleteEvent) bool { return true },
-		UpdateFunc:  c.interesting,
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	})
+	preds := builder.WithPredicates(c.groupPredicates())
 	b := ctrl.NewControllerManagedBy(mgr).Named("image-refresh").
 		// Several managers in one process (tests) register the same name.
 		WithOptions(controller.Options{
@@ -138,24 +173,32 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 			ReconciliationTimeout: c.Runner.Config.EffectiveTickTimeout(),
 			RateLimiter:           failureBackoff(c.Resync),
 		})
-	for _, k := range Kinds(c.Runner.Config) {
-		kind := k.Name
-		b = b.Watches(k.New(), handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			return c.requestsFor(kind, o)
-		}), preds)
+	for _, k := range Kinds(c.Runner.Config, c.discoveryOptions()) {
+		b = b.Watches(k.New(), c.groupHandler(), preds)
+		if c.discovery != nil {
+			b = b.Watches(k.New(), c.discoveryHandler())
+		}
+	}
+	if c.discovery != nil {
+		b = b.Watches(&corev1.Namespace{}, c.discoveryHandler())
 	}
 	b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		c.mu.Lock()
 		c.queue = q
 		c.mu.Unlock()
-		for name := range c.groups {
-			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		for _, g := range c.allGroups() {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: g.Name}})
+		}
+		if c.discovery != nil {
+			q.Add(discoverRequest)
 		}
 		return nil
 	}))
-	if err := b.Complete(c); err != nil {
+	built, err := b.Build(c)
+	if err != nil {
 		return err
 	}
+	c.ctrl = built
 	// The poller asks the registry only while this replica leads (C3).
 	return mgr.Add(leaderRunnable(c.Poller.Run))
 }
@@ -180,7 +223,33 @@ func kindOf(obj client.Object) string {
 	return ""
 }
 
+// groupPredicates filter the events that start a group's pass.
+func (c *Controller) groupPredicates() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return true },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return true },
+		UpdateFunc:  c.interesting,
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// groupHandler maps a workload's event to the groups it belongs to.
+func (c *Controller) groupHandler() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return c.requestsFor(kindOf(o), o)
+	})
+}
+
+func (c *Controller) discoveryOptions() *Discovery {
+	if c.discovery == nil {
+		return nil
+	}
+	return &Discovery{Namespaces: c.discovery.scope}
+}
+
 func (c *Controller) requestsFor(kind string, o client.Object) []reconcile.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var reqs []reconcile.Request
 	for _, g := range c.byObject[types.NamespacedName{Namespace: o.GetNamespace(), Name: kind + "/" + o.GetName()}] {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: g}})
@@ -195,7 +264,14 @@ func (c *Controller) requestsFor(kind string, o client.Object) []reconcile.Reque
 // is run again at the resync interval, or when its attempt in flight
 // reaches its deadline, whichever is first.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	g, ok := c.groups[req.Name]
+	if req == discoverRequest {
+		defer c.passes.Add(1)
+		if err := c.discoverPass(ctx); err != nil {
+			return reconcile.Result{}, fmt.Errorf("discovery: %w", err)
+		}
+		return reconcile.Result{RequeueAfter: c.Resync}, nil
+	}
+	g, ok := c.group(req.Name)
 	if !ok {
 		return reconcile.Result{}, nil
 	}
@@ -256,10 +332,10 @@ func (c *Controller) registryChanged(key string) {
 	if q == nil {
 		return
 	}
-	for name, g := range c.groups {
+	for _, g := range c.allGroups() {
 		for _, img := range g.Images {
 			if poller.Key(img) == key {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: g.Name}})
 				break
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	irreconcile "github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -40,6 +42,8 @@ type Options struct {
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	LeaseDuration           time.Duration
+	// Discovery, when set, manages the labelled workloads too (SPEC D1).
+	Discovery *Discovery
 }
 
 // Manager is the controller-runtime manager of `run` with the controller
@@ -76,6 +80,18 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 	for _, ns := range Namespaces(r.Config) {
 		namespaces[ns] = cache.Config{}
 	}
+	byObject := map[client.Object]cache.ByObject{}
+	if len(namespaces) > 0 || o.Discovery == nil {
+		// The pods of the managed namespaces, for what they run (N1),
+		// kept with only the fields that check reads. With discovery and
+		// no configured namespace, pods are read from a labelled
+		// namespace's cache or from the API: an empty ByObject.Namespaces
+		// would mean every namespace.
+		byObject[&corev1.Pod{}] = cache.ByObject{Transform: workload.StripPod}
+	}
+	if o.Discovery != nil {
+		addDiscoveryCache(byObject, namespaces, r.Config.AnnotationPrefix, o.Discovery)
+	}
 	lease := o.LeaseDuration
 	if lease <= 0 {
 		lease = 15 * time.Second
@@ -89,12 +105,8 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 		healthAddr = "0"
 	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
-		Scheme: scheme.Scheme,
-		Cache: cache.Options{DefaultNamespaces: namespaces, ByObject: map[client.Object]cache.ByObject{
-			// The pods of the managed namespaces, for what they run (N1),
-			// kept with only the fields that check reads.
-			&corev1.Pod{}: {Transform: workload.StripPod},
-		}},
+		Scheme:                        scheme.Scheme,
+		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        healthAddr,
 		LeaderElection:                o.LeaderElect,
@@ -111,7 +123,23 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 	}
 	// Observation reads come from the informer cache; writes and the reads
 	// of the write path stay direct.
-	r.Workloads.SetCache(mgr.GetCache())
+	var reader client.Reader = mgr.GetCache()
+	if o.Discovery != nil {
+		nc := &namespaceCaches{
+			rc: rc, scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(), httpClient: mgr.GetHTTPClient(),
+			main: mgr.GetCache(), api: mgr.GetAPIReader(), covered: map[string]bool{},
+			watch: c.watchNamespaceCache, caches: map[string]*namespaceCache{},
+		}
+		for ns := range namespaces {
+			nc.covered[ns] = true
+		}
+		c.discovery = &discoveryState{scope: o.Discovery.Namespaces, caches: nc, noted: map[string]bool{}}
+		reader = nc
+		if err := mgr.Add(nc); err != nil {
+			return nil, err
+		}
+	}
+	r.Workloads.SetCache(reader)
 	r.Events = workload.Aggregating{Sink: mgr.GetEventRecorder(workload.Component)}
 	r.KeychainTTL = o.PollInterval
 	workers := max(o.Workers, 1)
@@ -119,7 +147,7 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 		return nil, err
 	}
 	m := &Manager{Manager: mgr, Controller: c}
-	if err := mgr.Add(cacheSynced{m: m, kinds: Kinds(r.Config)}); err != nil {
+	if err := mgr.Add(cacheSynced{m: m, kinds: Kinds(r.Config, o.Discovery), pods: len(namespaces) > 0, discovery: o.Discovery != nil}); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -140,6 +168,9 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 type cacheSynced struct {
 	m     *Manager
 	kinds []*workload.Kind
+	// pods: the manager's cache holds pods (of the configured namespaces);
+	// discovery: it holds the labelled namespaces.
+	pods, discovery bool
 }
 
 // Start creates the informers of the watched kinds on every replica (the
@@ -147,7 +178,11 @@ type cacheSynced struct {
 // /readyz fails while list/watch is denied instead of passing before any
 // informer exists.
 func (c cacheSynced) Start(ctx context.Context) error {
-	for _, obj := range watched(c.kinds) {
+	objs := watched(c.kinds, c.pods)
+	if c.discovery {
+		objs = append(objs, &corev1.Namespace{})
+	}
+	for _, obj := range objs {
 		if _, err := c.m.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("watch %T: %w", obj, err)
 		}
@@ -162,18 +197,43 @@ func (c cacheSynced) Start(ctx context.Context) error {
 func (cacheSynced) NeedLeaderElection() bool { return false }
 
 // watched lists the objects `run` keeps informers for: the kinds the
-// config names, and pods when one of them has pods (N1).
-func watched(kinds []*workload.Kind) []client.Object {
+// config names, and pods when one of them has pods (N1) and the cache holds
+// pods at all.
+func watched(kinds []*workload.Kind, withPods bool) []client.Object {
 	var out []client.Object
 	pods := false
 	for _, k := range kinds {
 		out = append(out, k.New())
 		pods = pods || k.Pods
 	}
-	if pods {
+	if pods && withPods {
 		out = append(out, &corev1.Pod{})
 	}
 	return out
+}
+
+// addDiscoveryCache makes the manager's cache hold what discovery reads
+// (D1): the namespaces labelled P/enabled=true, and of every workload kind
+// the labelled ones (a label selector, so that the cache holds only
+// managed objects) next to the whole configured namespaces. Workloads of a
+// labelled namespace come from that namespace's own cache
+// (namespaceCaches), started when its label is seen.
+func addDiscoveryCache(byObject map[client.Object]cache.ByObject, configured map[string]cache.Config, prefix string, d *Discovery) {
+	sel := discovery.Keys{Prefix: prefix}.Selector()
+	byObject[&corev1.Namespace{}] = cache.ByObject{Label: sel}
+	for _, k := range workload.Kinds() {
+		nss := map[string]cache.Config{}
+		if len(d.Namespaces) == 0 {
+			nss[cache.AllNamespaces] = cache.Config{LabelSelector: sel}
+		}
+		for _, ns := range d.Namespaces {
+			nss[ns] = cache.Config{LabelSelector: sel}
+		}
+		for ns := range configured {
+			nss[ns] = cache.Config{LabelSelector: labels.Everything()}
+		}
+		byObject[k.New()] = cache.ByObject{Namespaces: nss}
+	}
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -64,6 +65,7 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 	settings := refresh.SettingsFrom(r.Config, r.ConfigPath)
 	settings.Instance = r.Instance
 	settings.NoWait = opts.NoWait
+	settings.PinFormat = discovery.PinFormat(g.Name, settings.PinFormat)
 	decide := func() (Snapshot, *refresh.Plan) {
 		snap := r.Observe(ctx, g, latest)
 		snap.Observation.Fights = opts.Fights

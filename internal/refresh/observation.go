@@ -75,6 +75,9 @@ func SettingsFrom(cfg *config.Config, configPath string) Settings {
 		RolloutTimeout:     cfg.RolloutTimeout,
 		FailOnRunningStale: cfg.FailOnRunningStale,
 		RearmCommand: func(group string) string {
+			if configPath == "" { // discovery alone (D1)
+				return fmt.Sprintf("image-refresh rearm --group %s", group)
+			}
 			return fmt.Sprintf("image-refresh rearm --config %s --group %s", configPath, group)
 		},
 	}

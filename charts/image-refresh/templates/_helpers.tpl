@@ -246,3 +246,44 @@ env:
 volumeMounts:
   {{- include "image-refresh.volumeMounts" . | nindent 2 }}
 {{- end }}
+
+{{/*
+The discovery flags of tick and run (docs/discovery.md).
+*/}}
+{{- define "image-refresh.discoveryArgs" -}}
+{{- if not .Values.discovery.enabled -}}
+- --discovery=false
+{{- else if .Values.discovery.watchNamespaces -}}
+- --watch-namespaces
+- {{ join "," .Values.discovery.watchNamespaces | quote }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The rules discovery needs on the workloads it finds (rbac-discovery.yaml).
+*/}}
+{{- define "image-refresh.discoveryRules" -}}
+# list{{ if .controller }}, watch{{ end }}: find the labelled workloads; get, patch: read the
+# live images, the rollout status (R4) and the state annotations, re-pin
+# (R9) and write the state. Every workload kind (docs/discovery.md).
+- apiGroups: [apps]
+  resources: [deployments, daemonsets, statefulsets]
+  verbs: [get, list, patch{{ if .controller }}, watch{{ end }}]
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, list, patch{{ if .controller }}, watch{{ end }}]
+# list{{ if .controller }}, watch{{ end }}: the pods, to compare the digest each runs (N1).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list{{ if .controller }}, watch{{ end }}]
+# create, get, update: the findings and re-pins as Events (R15).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, get, update]
+{{- if .controller }}
+# create, patch: the controller's Events through events.k8s.io.
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+{{- end }}

@@ -1,0 +1,386 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/internal/workload"
+)
+
+// discoveryEnv is an env whose annotation prefix, and so whose discovery
+// label, is its own: the ticks and controllers of other tests (which use
+// the default prefix cluster-wide) never see its labelled objects.
+func discoveryEnv(t *testing.T) *env {
+	e := newEnv(t)
+	e.prefix = e.ns + ".test"
+	return e
+}
+
+// settings is a config with settings and no groups: discovery only.
+func (e *env) settings() string { return e.config("") }
+
+// label sets (value) or removes (nil) labels on a workload, as
+// `kubectl label` does.
+func (e *env) label(kind, name string, kv map[string]*string) {
+	e.t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": kv}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx := context.Background()
+	switch kind {
+	case "Deployment":
+		_, err = e.c.Client.AppsV1().Deployments(e.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	case "StatefulSet":
+		_, err = e.c.Client.AppsV1().StatefulSets(e.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	case "DaemonSet":
+		_, err = e.c.Client.AppsV1().DaemonSets(e.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	case "CronJob":
+		_, err = e.c.Client.BatchV1().CronJobs(e.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	case "Namespace":
+		_, err = e.c.Client.CoreV1().Namespaces().Patch(ctx, e.ns, types.MergePatchType, patch, metav1.PatchOptions{})
+	default:
+		e.t.Fatalf("label: unknown kind %s", kind)
+	}
+	if err != nil {
+		e.t.Fatalf("label %s %s: %v", kind, name, err)
+	}
+}
+
+func (e *env) enable(kind, name string) {
+	e.label(kind, name, map[string]*string{e.key("enabled"): ptr("true")})
+}
+
+// object reads a workload of any kind through the product's own reader.
+func (e *env) object(kind, name string) *workload.Object {
+	e.t.Helper()
+	obj, err := workload.New(e.c.Client, 10*time.Second).Get(context.Background(), workload.Ref{Kind: kind, Namespace: e.ns, Name: name})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return obj
+}
+
+func (e *env) imageOf(kind, name, container string) string {
+	e.t.Helper()
+	c, ok := e.object(kind, name).Container(container)
+	if !ok {
+		e.t.Fatalf("%s %s has no container %s", kind, name, container)
+	}
+	return c.Image
+}
+
+// discoveryTick runs a tick on the settings-only config, scoped to the
+// env's namespace.
+func (e *env) discoveryTick(cfg string) (int, string) {
+	e.t.Helper()
+	return e.tick(cfg, "--watch-namespaces", e.ns)
+}
+
+func TestTick_D1_ALabelledDeploymentIsPinnedWithItsTagKept(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	cfg := e.settings()
+
+	// Not labelled: not managed. This tick runs discovery and finds nothing.
+	if code, _ := e.discoveryTick(cfg); code != 0 {
+		t.Fatalf("tick without a labelled workload exit %d, want 0", code)
+	}
+	if a := e.annotations("api"); a[e.key("last-refreshed-api-digest")] != "" {
+		t.Fatalf("an unlabelled workload was recorded: %v", a)
+	}
+
+	e.enable("Deployment", "api")
+	if code, _ := e.discoveryTick(cfg); code != 0 {
+		t.Fatalf("first tick exit %d, want 0", code)
+	}
+	if got := e.annotations("api")[e.key("last-refreshed-api-digest")]; got != digest {
+		t.Fatalf("first observation on the discovered anchor recorded %q, want %q", got, digest)
+	}
+	if code, _ := e.discoveryTick(cfg); code != 0 {
+		t.Fatalf("second tick exit %d, want 0", code)
+	}
+	// D1: the tag survives the pin, so the target stays discoverable.
+	if got, want := e.image("api", "api"), tag+"@"+digest; got != want {
+		t.Fatalf("labelled Deployment runs %s, want %s", got, want)
+	}
+	// And it is still discovered with its pin: a steady tick writes nothing.
+	rv := e.deployment("api").ResourceVersion
+	if code, _ := e.discoveryTick(cfg); code != 0 {
+		t.Fatalf("steady tick exit %d", code)
+	}
+	if got := e.deployment("api").ResourceVersion; got != rv {
+		t.Errorf("a pinned discovered workload was written again (resourceVersion %s -> %s)", rv, got)
+	}
+}
+
+func TestTick_D1_ALabelledNamespaceIsManagedGroupsJoinAndIgnoredContainersAreLeftAlone(t *testing.T) {
+	e := discoveryEnv(t)
+	api := e.push("api", "prod")
+	db := e.push("db", "prod")
+	job := e.push("job", "prod")
+	side := "example.invalid/side:v1" // unresolvable: a tick that touched it would fail
+	group := map[string]string{e.key("group"): "front"}
+	testenv.Deployment(t, e.c.Client, e.ns, "a-api", testenv.WithContainer("api", e.repo("api")+":prod"), testenv.WithAnnotations(group))
+	testenv.StatefulSet(t, e.c.Client, e.ns, "b-db", testenv.WithContainer("db", e.repo("db")+":prod"), testenv.WithAnnotations(group))
+	testenv.CronJob(t, e.c.Client, e.ns, "nightly", testenv.WithContainer("job", e.repo("job")+":prod"), testenv.WithContainer("side", side),
+		testenv.WithAnnotations(map[string]string{e.key("ignore-containers"): "side"}))
+	e.settle("Deployment", "a-api")
+	e.settle("StatefulSet", "b-db")
+	cfg := e.settings()
+
+	e.label("Namespace", e.ns, map[string]*string{e.key("enabled"): ptr("true")})
+	for i := range 2 {
+		if code, _ := e.discoveryTick(cfg); code != 0 {
+			t.Fatalf("tick %d exit %d, want 0", i+1, code)
+		}
+		_ = testenv.WaitSettled(context.Background(), e.c.Client, "StatefulSet", e.ns, "b-db", 30*time.Second)
+	}
+	for _, w := range []struct{ kind, name, container, want string }{
+		{"Deployment", "a-api", "api", e.repo("api") + ":prod@" + api},
+		{"StatefulSet", "b-db", "db", e.repo("db") + ":prod@" + db},
+		{"CronJob", "nightly", "job", e.repo("job") + ":prod@" + job},
+		{"CronJob", "nightly", "side", side},
+	} {
+		if got := e.imageOf(w.kind, w.name, w.container); got != w.want {
+			t.Errorf("%s %s container %s runs %s, want %s", w.kind, w.name, w.container, got, w.want)
+		}
+	}
+	// P/group joined a-api and b-db: the first is the anchor and holds both
+	// records; b-db holds none.
+	anchor := e.object("Deployment", "a-api").Annotations
+	for _, img := range []string{"api", "db"} {
+		if anchor[e.key("last-refreshed-"+img+"-digest")] == "" {
+			t.Errorf("anchor a-api has no record of %s: %v", img, anchor)
+		}
+	}
+	for k := range e.object("StatefulSet", "b-db").Annotations {
+		if len(k) > len(e.prefix) && k[:len(e.prefix)] == e.prefix && k != e.key("group") {
+			t.Errorf("b-db, not the anchor, carries state %s", k)
+		}
+	}
+
+	// D3: status with no groups lists every discovered target by its full name.
+	rows := e.statusRows("--config", cfg, "--watch-namespaces", e.ns)
+	for _, w := range [][2]string{{"a-api", "api"}, {"b-db", "db"}, {"nightly", "job"}} {
+		r := row(rows, w[0], w[1])
+		if r == nil {
+			t.Errorf("status lists no row for %s/%s: %v", w[0], w[1], rows)
+			continue
+		}
+		if r["state"] != "pinned" {
+			t.Errorf("status row of %s/%s: state %v, want pinned", w[0], w[1], r["state"])
+		}
+	}
+	if r := row(rows, "nightly", "side"); r != nil {
+		t.Errorf("status lists the ignored container: %v", r)
+	}
+	if r := row(rows, "a-api", "api"); r != nil && r["group"] != e.ns+"/front" {
+		t.Errorf("a-api's group is %v, want %s", r["group"], e.ns+"/front")
+	}
+}
+
+// statusRows runs `status -o json` with args and decodes its rows.
+func (e *env) statusRows(args ...string) []map[string]any {
+	e.t.Helper()
+	code, out, errOut := e.run(append([]string{"status", "--kubeconfig", e.kubeconfig, "-o", "json"}, args...)...)
+	if code != 0 {
+		e.t.Fatalf("status exit %d:\n%s", code, errOut)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		e.t.Fatalf("status -o json is not a JSON list: %v\n%s", err, out)
+	}
+	return rows
+}
+
+func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(t *testing.T) {
+	e := discoveryEnv(t)
+	api := e.push("api", "prod")
+	db := e.push("db", "prod")
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", e.repo("api")+":prod"))
+	testenv.StatefulSet(t, e.c.Client, e.ns, "db", testenv.WithContainer("db", e.repo("db")+":prod"))
+	e.settle("Deployment", "api")
+	e.settle("StatefulSet", "db")
+	group := e.ns + "/deployment/api"
+
+	ctl := e.startRun(e.settings(), "--poll-interval", "1h", "--watch-namespaces", e.ns)
+	ctl.waitReady(t)
+
+	// A label alone adopts the Deployment: the first pass records (R5) …
+	e.enable("Deployment", "api")
+	eventually(t, 20*time.Second, "labelled Deployment recorded", func() bool {
+		return e.annotations("api")[e.key("last-refreshed-api-digest")] == api
+	})
+	if a := e.object("StatefulSet", "db").Annotations; a[e.key("last-refreshed-db-digest")] != "" {
+		t.Fatalf("the unlabelled StatefulSet was managed: %v", a)
+	}
+	// … and the next one pins it, its tag kept (D1).
+	pinned := e.repo("api") + ":prod@" + api
+	from := ctl.passes(t, group)
+	e.kick("api")
+	ctl.waitPasses(t, group, from, 1)
+	eventually(t, 20*time.Second, "labelled Deployment pinned", func() bool { return e.image("api", "api") == pinned })
+	e.settle("Deployment", "api")
+
+	// C1 holds for a discovered group as for a configured one.
+	e.setImageAs("helm", "Deployment", "api", "api", e.repo("api")+":prod")
+	took := eventually(t, 10*time.Second, "revert of a discovered target re-pinned", func() bool { return e.image("api", "api") == pinned })
+	t.Logf("revert re-pinned after %s", took.Round(time.Millisecond))
+
+	// Labelling the namespace adopts its other workloads, from a cache of
+	// that namespace started when the label is seen.
+	e.label("Namespace", e.ns, map[string]*string{e.key("enabled"): ptr("true")})
+	eventually(t, 20*time.Second, "StatefulSet of the labelled namespace recorded", func() bool {
+		return e.object("StatefulSet", "db").Annotations[e.key("last-refreshed-db-digest")] == db
+	})
+
+	// Label removed: let go. The pin stays, the state annotations go, and
+	// the log says so.
+	e.label("Namespace", e.ns, map[string]*string{e.key("enabled"): nil})
+	e.label("Deployment", "api", map[string]*string{e.key("enabled"): nil})
+	for _, w := range [][2]string{{"Deployment", "api"}, {"StatefulSet", "db"}} {
+		eventually(t, 20*time.Second, w[0]+" "+w[1]+" let go", func() bool {
+			for k := range e.object(w[0], w[1]).Annotations {
+				if strings.HasPrefix(k, e.prefix+"/") {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if got := e.image("api", "api"); got != pinned {
+		t.Errorf("let go changed the image to %s, want the pin %s kept", got, pinned)
+	}
+	if n := len(logLines(ctl.Logs(), "INFO", "let go", "state annotations were removed")); n < 2 {
+		t.Errorf("let go logged %d times, want once per workload:\n%s", n, ctl.Logs())
+	}
+}
+
+// TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig builds
+// the binary as kubectl-image_refresh and runs it through kubectl, with no
+// config file: every managed target of the cluster (in scope: this test's
+// namespace) is listed from the cluster, and no name is cut.
+func TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig(t *testing.T) {
+	e := newEnv(t) // the default prefix: what a config-less status reads
+	// Unlabelled before the namespace goes, so that no other test's
+	// cluster-wide discovery sees a namespace being deleted.
+	t.Cleanup(func() {
+		_, _ = e.c.Client.CoreV1().Namespaces().Patch(context.Background(), e.ns, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"image-refresh.io/enabled":null}}}`), metav1.PatchOptions{})
+	})
+	digest := e.push("api", "prod")
+	long := "a-deployment-with-a-name-longer-than-any-column"
+	testenv.Deployment(t, e.c.Client, e.ns, long, testenv.WithContainer("application-container", e.repo("api")+":prod"))
+	testenv.Deployment(t, e.c.Client, e.ns, "unmanaged", testenv.WithContainer("app", e.repo("api")+":prod"),
+		testenv.WithAnnotations(map[string]string{"image-refresh.io/ignore-containers": "app"}))
+	e.settle("Deployment", long)
+	e.label("Namespace", e.ns, map[string]*string{"image-refresh.io/enabled": ptr("true")})
+	cfg := e.settings() // the registry's TLS setting alone, for the ticks
+	for range 2 {
+		e.discoveryTick(cfg)
+	}
+	if got, want := e.image(long, "application-container"), e.repo("api")+":prod@"+digest; got != want {
+		t.Fatalf("setup: %s runs %s, want %s", long, got, want)
+	}
+
+	bin := buildImageRefresh(t)
+	dir := t.TempDir()
+	plugin := filepath.Join(dir, "kubectl-image_refresh")
+	if err := os.Link(bin, plugin); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(e.c.BinDir, "kubectl"), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if help := kubectl("image-refresh", "status", "--help"); !strings.Contains(help, "kubectl image-refresh status") {
+		t.Errorf("the plugin's help does not name itself kubectl image-refresh:\n%s", help)
+	}
+	out := kubectl("image-refresh", "status", "--watch-namespaces", e.ns)
+	t.Logf("kubectl image-refresh status:\n%s", out)
+	group := e.ns + "/deployment/" + long
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 6 && f[0] == group {
+			found = true
+			if f[2] != long+"/application-container" || f[3] != "pinned" {
+				t.Errorf("row %q: want TARGET %s/application-container, state pinned", l, long)
+			}
+		}
+		if strings.Contains(l, "unmanaged") {
+			t.Errorf("the ignored container is listed: %q", l)
+		}
+	}
+	if !found {
+		t.Errorf("no row for group %s, its name whole", group)
+	}
+	wide := kubectl("image-refresh", "status", "--watch-namespaces", e.ns, "-o", "wide")
+	if !strings.Contains(wide, digest) || !strings.Contains(wide, e.ns) {
+		t.Errorf("-o wide lacks the namespace or the full digest:\n%s", wide)
+	}
+}
+
+// TestRender_D1_ALabelledWorkloadIsRenderedPinned: a re-render of a
+// labelled workload comes out pinned to its recorded digest, as a
+// configured target's does (B2 for a discovered group), its tag kept; an
+// unlabelled workload's is written as read.
+func TestRender_D1_ALabelledWorkloadIsRenderedPinned(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+	e.discoveryTick(cfg) // records
+	manifest := func(name string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  template:
+    spec:
+      containers:
+        - name: api
+          image: %s
+`, name, e.ns, tag)
+	}
+	stream := manifest("api") + "---\n" + manifest("other")
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
+	root.SetIn(strings.NewReader(stream))
+	root.SetArgs([]string{"render", "--config", cfg, "--kubeconfig", e.kubeconfig, "--watch-namespaces", e.ns})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("render: %v\n%s", err, errOut.String())
+	}
+	t.Logf("render log:\n%s", errOut.String())
+	want := strings.Replace(stream, "image: "+tag+"\n", "image: "+tag+"@"+digest+"\n", 1)
+	if out.String() != want {
+		t.Errorf("render wrote\n%s\nwant (only the labelled workload's image pinned)\n%s", out.String(), want)
+	}
+}
