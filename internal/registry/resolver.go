@@ -50,6 +50,7 @@ type Resolver struct {
 	userAgent string
 	hosts     map[string]hostRoute // by registry name as go-containerregistry spells it
 	fallback  hostRoute
+	sessions  sessions
 }
 
 type hostRoute struct {
@@ -149,7 +150,7 @@ func (r *Resolver) Verify(ctx context.Context, repository, tag, digest string, k
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
+	desc, err := r.get(ctx, ref, route, kc)
 	if err != nil {
 		return getFailure(ctx, s, fmt.Errorf("verify the HEAD's %s with a GET: %w", digest, err))
 	}
@@ -177,7 +178,7 @@ func (r *Resolver) Platforms(ctx context.Context, repository, digest string, kc 
 	s := ref.String()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
+	desc, err := r.get(ctx, ref, route, kc)
 	if err != nil {
 		return nil, getFailure(ctx, s, fmt.Errorf("read the manifest: %w", err))
 	}
@@ -249,7 +250,12 @@ func (r *Resolver) head(ctx context.Context, ref name.Reference, route hostRoute
 	state := &callState{}
 	ctx = context.WithValue(ctx, callKey{}, state)
 
-	desc, err := remote.Head(ref, r.remoteOptions(ctx, route, kc)...)
+	var desc *v1.Descriptor
+	sess, err := r.puller(ctx, ref.Context(), route, kc)
+	if err == nil {
+		desc, err = sess.puller.Head(ctx, ref)
+		r.settle(ref.Context(), sess, err)
+	}
 	answer := state.answer()
 	if err != nil {
 		return "", r.failure(ctx, ref, answer, err)
@@ -261,18 +267,27 @@ func (r *Resolver) head(ctx context.Context, ref name.Reference, route hostRoute
 	return d, nil
 }
 
-// remoteOptions are go-containerregistry's options for one call: bounded
-// by ctx, through the host's transport, without hidden retries.
-func (r *Resolver) remoteOptions(ctx context.Context, route hostRoute, kc authn.Keychain) []remote.Option {
+// get GETs the manifest of ref through the repository's session.
+func (r *Resolver) get(ctx context.Context, ref name.Reference, route hostRoute, kc authn.Keychain) (*remote.Descriptor, error) {
+	sess, err := r.puller(ctx, ref.Context(), route, kc)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := sess.puller.Get(ctx, ref)
+	r.settle(ref.Context(), sess, err)
+	return desc, err
+}
+
+// remoteOptions are go-containerregistry's options for a session: through
+// the host's transport, with one credential, without hidden retries. Each
+// call brings its own context and timeout.
+func (r *Resolver) remoteOptions(route hostRoute, auth authn.Authenticator) []remote.Option {
 	opts := []remote.Option{
-		remote.WithContext(ctx),
+		remote.WithAuth(auth),
 		remote.WithTransport(route.transport),
 		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
 		remote.WithRetryStatusCodes(),
 		remote.WithRetryPredicate(func(error) bool { return false }),
-	}
-	if kc != nil {
-		opts = append(opts, remote.WithAuthFromKeychain(kc))
 	}
 	if r.userAgent != "" {
 		opts = append(opts, remote.WithUserAgent(r.userAgent))

@@ -88,7 +88,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}()
 
-	if !s.authorized(req) {
+	if s.token && req.URL.Path == TokenPath {
+		s.serveToken(sw, req)
+		return
+	}
+	if s.token && !s.tokens.ok(req) {
+		s.challengeToken(sw, req)
+		return
+	}
+	if !s.token && !s.authorized(req) {
 		sw.Header().Set("WWW-Authenticate", `Basic realm="testregistry"`)
 		writeError(sw, req, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 		return
@@ -105,6 +113,10 @@ func (s *Server) authorized(req *http.Request) bool {
 	if s.user == "" && s.pass == "" {
 		return true
 	}
+	return s.basicOK(req)
+}
+
+func (s *Server) basicOK(req *http.Request) bool {
 	u, p, ok := req.BasicAuth()
 	return ok &&
 		subtle.ConstantTimeCompare([]byte(u), []byte(s.user)) == 1 &&
