@@ -60,3 +60,42 @@ func TestPoller_C2_SteadyPollIsOneHeadPerIntervalOnTheRegistry(t *testing.T) {
 		t.Fatalf("Latest = %+v, want %s", got, want)
 	}
 }
+
+// A registry whose rate-limit budget would not last the interval is polled
+// less often (C2): 2 requests left in an hour for one tag polled every
+// minute stretch the wait to 30 minutes.
+func TestPoller_C2_RateLimitedRegistryIsPolledLessOften(t *testing.T) {
+	s := testregistry.Start(t)
+	s.MustPushRandomImage(t, "acme/api", "prod")
+	h := http.Header{}
+	h.Set("RateLimit-Limit", "100;w=3600")
+	h.Set("RateLimit-Remaining", "2;w=3600")
+	s.SetFault(testregistry.Fault{Method: http.MethodHead, Header: h})
+	res, err := registry.NewResolver(registry.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Poller{
+		Interval: time.Minute,
+		Resolve: func(ctx context.Context, img config.Image) (string, error) {
+			return res.Latest(ctx, img.Repository, img.Tag, nil)
+		},
+		Pace: func(img config.Image, d time.Duration) time.Duration { return res.Pace(img.Repository, d) },
+	}
+	p.Add(img(s.Host()+"/acme/api", "prod", "api"))
+	step := fakeRun(t, p)
+	heads := func() int { return s.Count(http.MethodHead, "/manifests/prod") }
+	if n := heads(); n != 1 {
+		t.Fatalf("first poll: %d HEADs, want 1", n)
+	}
+	for range 29 {
+		step(time.Minute)
+	}
+	if n := heads(); n != 1 {
+		t.Fatalf("after 29 minutes: %d HEADs, want still 1 (the wait is stretched to 30m)", n)
+	}
+	step(time.Minute)
+	if n := heads(); n != 2 {
+		t.Fatalf("after 30 minutes: %d HEADs, want 2", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -42,6 +43,17 @@ type Options struct {
 	// image_refresh_registry_requests_total{registry,code}. It must be safe
 	// for concurrent use.
 	OnRequest func(host string, status int)
+	// OnRateLimit, if set, is called with the rate limit a registry announced
+	// in the headers of a manifest answer (RateLimit-Limit and
+	// RateLimit-Remaining), for the image_refresh_registry_ratelimit_*
+	// gauges. It must be safe for concurrent use.
+	OnRateLimit func(host string, rl RateLimit)
+	// OnPace, if set, is called by Pace with the poll interval in force for a
+	// registry that announced a rate limit (C2).
+	OnPace func(host string, interval time.Duration)
+	// Log receives the one line a rate-limit stretch starts or ends with;
+	// nil discards it.
+	Log *slog.Logger
 }
 
 // Resolver asks registries for digests. It is safe for concurrent use.
@@ -51,6 +63,9 @@ type Resolver struct {
 	hosts     map[string]hostRoute // by registry name as go-containerregistry spells it
 	fallback  hostRoute
 	sessions  sessions
+	budgets   budgets
+	onPace    func(host string, interval time.Duration)
+	log       *slog.Logger
 }
 
 type hostRoute struct {
@@ -68,7 +83,13 @@ func NewResolver(opts Options) (*Resolver, error) {
 		timeout:   opts.Timeout,
 		userAgent: opts.UserAgent,
 		hosts:     map[string]hostRoute{},
+		onPace:    opts.OnPace,
+		log:       opts.Log,
 	}
+	if r.log == nil {
+		r.log = discardLog
+	}
+	seen := &observed{budgets: &r.budgets, onRateLimit: opts.OnRateLimit, onRequest: opts.OnRequest}
 	if r.timeout == 0 {
 		r.timeout = DefaultTimeout
 	}
@@ -76,7 +97,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.fallback = hostRoute{transport: &observer{inner: fallback, onRequest: opts.OnRequest}}
+	r.fallback = hostRoute{transport: &observer{inner: fallback, observed: seen}}
 	for i, hc := range opts.Hosts {
 		reg, err := name.NewRegistry(hc.Host)
 		if err != nil || hc.Host == "" {
@@ -90,7 +111,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("registry hosts[%d]: %w", i, err)
 		}
-		r.hosts[key] = hostRoute{insecure: hc.Insecure, transport: &observer{inner: t, onRequest: opts.OnRequest}}
+		r.hosts[key] = hostRoute{insecure: hc.Insecure, transport: &observer{inner: t, observed: seen}}
 	}
 	return r, nil
 }
@@ -109,6 +130,7 @@ func (r *Resolver) Latest(ctx context.Context, repository, tag string, kc authn.
 	if err != nil {
 		return "", &Error{Ref: s, Kind: KindOther, Err: err}
 	}
+	r.budgets.polled(ref.RegistryStr(), s)
 	return r.head(ctx, ref, route, kc)
 }
 
@@ -221,6 +243,16 @@ func getFailure(ctx context.Context, ref string, err error) *Error {
 		e.Kind = KindTimeout
 	}
 	return &Error{Ref: ref, Kind: e.Kind, Status: e.Status, Err: err}
+}
+
+// registryHost names the registry of repository as go-containerregistry
+// does (the key of Options.OnRequest and of rate limits).
+func registryHost(repository string) string {
+	repo, err := name.NewRepository(repository)
+	if err != nil {
+		return ""
+	}
+	return repo.RegistryStr()
 }
 
 func (r *Resolver) route(repository string) hostRoute {

@@ -25,6 +25,7 @@ type Fault struct {
 	Delay        time.Duration // answer late; a client that gives up stops the wait
 	Hang         bool          // never answer until the client cancels or the server closes
 	DigestHeader *string       // replace Docker-Content-Digest; "" drops the header
+	Header       http.Header   // headers added to the answer, e.g. RateLimit-Remaining
 }
 
 // SetFault installs f, replacing any earlier fault.
@@ -132,6 +133,11 @@ func (s *Server) serveFault(w http.ResponseWriter, req *http.Request, f Fault) {
 	}
 	if f.Delay > 0 && !s.wait(req.Context(), f.Delay) {
 		panic(http.ErrAbortHandler)
+	}
+	for k, vs := range f.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
 	}
 	if f.Status != 0 {
 		if f.RetryAfter != "" {
