@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -39,13 +40,13 @@ func (r *Resolver) puller(ctx context.Context, repo name.Repository, route hostR
 	if kc != nil {
 		a, err := authn.Resolve(ctx, kc, repo)
 		if err != nil {
-			return nil, fmt.Errorf("find credentials for %s: %w", repo.RegistryStr(), err)
+			return nil, credentialError(repo, err)
 		}
 		auth = a
 	}
 	cfg, err := authn.Authorization(ctx, auth)
 	if err != nil {
-		return nil, fmt.Errorf("read credentials for %s: %w", repo.RegistryStr(), err)
+		return nil, credentialError(repo, err)
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -69,6 +70,19 @@ func (r *Resolver) puller(ctx context.Context, repo name.Repository, route hostR
 	}
 	r.sessions.m[key] = s
 	return s, nil
+}
+
+// credentialError reports a keychain that failed (a credential helper that
+// exited non-zero, an unreadable docker config). The docker credential
+// helper client puts the helper's whole output into its error ("err: exit
+// status 1, out: `...`"); that output is cut off, since a broken helper can
+// print a secret there (R20).
+func credentialError(repo name.Repository, err error) error {
+	msg := err.Error()
+	if i := strings.Index(msg, ", out:"); i >= 0 {
+		msg = msg[:i] + " (helper output withheld)"
+	}
+	return fmt.Errorf("find credentials for %s: %s", repo.RegistryStr(), msg)
 }
 
 // settle drops s after a failure that a fresh ping and token might cure.
