@@ -11,6 +11,10 @@
 //     repo:tag changed, from the poll that saw it and from the push;
 //  4. registry: registry HEADs per poll interval for 1, 20 and 200
 //     targets of one repo:tag;
+//     pollcost: the same sizes, by request kind (HEAD, ping, token) and new
+//     TCP connection, against the ggcr test registry and Distribution with
+//     htpasswd and with auth.token; it needs no cluster, and run alone
+//     (-phases pollcost) starts none;
 //  5. steady: API requests per minute by verb in steady state, 20
 //     workloads (the scale phase adds 1,000);
 //  6. scale: -workloads (default 10,000) zero-replica workloads: steady
@@ -22,7 +26,7 @@
 // wrapped to count API requests by verb and the poller's OnChange wrapped
 // to timestamp the polls that saw a change.
 //
-//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,registry,steady,scale]
+//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,registry,pollcost,steady,scale]
 package main
 
 import (
@@ -45,6 +49,7 @@ import (
 
 type options struct {
 	binDir, runDir, phases string
+	costInterval           time.Duration
 	keepRunDir             bool
 	reverts                int
 	pollInterval           time.Duration
@@ -60,7 +65,8 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of the cluster binaries (default: the output of hack/build-cluster.sh)")
-	flag.StringVar(&o.phases, "phases", "latency,stuck,propagate,registry,steady,scale", "measurements to run, comma-separated")
+	flag.StringVar(&o.phases, "phases", "latency,stuck,propagate,registry,pollcost,steady,scale", "measurements to run, comma-separated")
+	flag.DurationVar(&o.costInterval, "pollcost-interval", time.Second, "poll interval of the pollcost measurement (it counts -registry-intervals intervals)")
 	flag.IntVar(&o.reverts, "reverts", 100, "reverts timed for the revert → re-pin latency")
 	flag.DurationVar(&o.pollInterval, "registry-interval", 2*time.Second, "poll interval of the registry measurement")
 	flag.IntVar(&o.intervals, "registry-intervals", 6, "poll intervals counted per size in the registry measurement")
@@ -100,6 +106,9 @@ func run(ctx context.Context, o options) int {
 		}
 		o.binDir = strings.TrimSpace(string(out))
 	}
+	if !needsCluster(o.phases) {
+		return runWithoutCluster(ctx, o, began)
+	}
 	runDir, err := os.MkdirTemp("", "image-refresh-bench-")
 	if err != nil {
 		progress("%v", err)
@@ -132,8 +141,10 @@ func run(ctx context.Context, o options) int {
 			got, err = measureStuck(ctx, w, o.stuckReverts)
 		case "propagate":
 			got, err = measurePropagate(ctx, w, o.pushes)
+		case "pollcost":
+			got, err = measurePollCost(ctx, o.costInterval, o.intervals)
 		default:
-			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, registry, steady, scale)", phase)
+			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, registry, pollcost, steady, scale)", phase)
 		}
 		if ctx.Err() != nil {
 			progress("interrupted")
@@ -165,6 +176,36 @@ func run(ctx context.Context, o options) int {
 	if failed || interrupted {
 		return 1
 	}
+	return 0
+}
+
+// needsCluster reports whether a phase other than pollcost is asked for.
+func needsCluster(phases string) bool {
+	for _, p := range strings.Split(phases, ",") {
+		if strings.TrimSpace(p) != "pollcost" {
+			return true
+		}
+	}
+	return false
+}
+
+// runWithoutCluster runs the pollcost phase alone, with no cluster to
+// start.
+func runWithoutCluster(ctx context.Context, o options, began time.Time) int {
+	progress("── pollcost")
+	t := time.Now()
+	rows, err := measurePollCost(ctx, o.costInterval, o.intervals)
+	if err != nil {
+		progress("pollcost: FAILED: %v", err)
+		return 1
+	}
+	progress("pollcost: done in %s", since(t))
+	fmt.Printf("\nimage-refresh run — measured %s on %s (%d CPUs, %s), %s, total %s\n\n",
+		time.Now().Format("2006-01-02"), cpuModel(), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), since(began))
+	printText(os.Stdout, rows)
+	fmt.Println("\nmarkdown:")
+	fmt.Println()
+	printMarkdown(os.Stdout, rows)
 	return 0
 }
 

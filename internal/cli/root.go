@@ -200,7 +200,9 @@ func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics
 	opts := registry.Options{Hosts: hosts, Timeout: cfg.RegistryTimeout, UserAgent: "image-refresh/" + Version}
 	if m != nil {
 		opts.OnRequest = m.RegistryRequest
+		opts.OnRateLimit, opts.OnPace = m.RegistryRateLimit, m.RegistryPace
 	}
+	opts.Log = log
 	res, err := registry.NewResolver(opts)
 	if err != nil {
 		return nil, &ExitError{Code: ExitInvalid, Err: err}

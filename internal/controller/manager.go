@@ -74,6 +74,9 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 		Resolve: func(ctx context.Context, img config.Image) (string, error) {
 			return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
 		},
+		// A registry whose rate-limit budget would not last is polled less
+		// often (C2).
+		Pace: func(img config.Image, d time.Duration) time.Duration { return r.Resolver.Pace(img.Repository, d) },
 	}
 	c := New(r, p, o.PollInterval, o.FightMaxRounds, o.FightWindow)
 	namespaces := map[string]cache.Config{}

@@ -50,6 +50,9 @@ type Options struct {
 	Bin string
 	// Dir receives config, certificates, storage and the log; required.
 	Dir string
+	// TokenAuth replaces htpasswd with Distribution's auth.token and an
+	// in-process token server (TokenServer) that takes the same credentials.
+	TokenAuth bool
 }
 
 // Registry is a running Distribution registry.
@@ -61,7 +64,11 @@ type Registry struct {
 	Password string
 	Dir      string
 	LogFile  string
+	// Token is the token server when Options.TokenAuth is set, else nil.
+	Token *TokenServer
 
+	pair   testcert.Pair // the serving certificate and key
+	fronts []*Front
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -93,9 +100,18 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 	}
 	r := &Registry{User: User, Password: Password, Dir: opts.Dir, LogFile: filepath.Join(opts.Dir, "registry.log")}
 	certFile, keyFile := filepath.Join(opts.Dir, "tls.crt"), filepath.Join(opts.Dir, "tls.key")
-	var err error
-	if r.CAPEM, err = writeSelfSigned(certFile, keyFile); err != nil {
+	pair, err := writeSelfSigned(certFile, keyFile)
+	if err != nil {
 		return nil, fmt.Errorf("distribution: %w", err)
+	}
+	r.CAPEM, r.pair = pair.CertPEM, pair
+	auth := fmt.Sprintf("  htpasswd:\n    realm: image-refresh-test\n    path: %s\n", filepath.Join(opts.Dir, "htpasswd"))
+	if opts.TokenAuth {
+		if r.Token, err = startTokenServer(pair); err != nil {
+			return nil, fmt.Errorf("distribution: %w", err)
+		}
+		auth = fmt.Sprintf("  token:\n    realm: %s\n    service: %s\n    issuer: %s\n    rootcertbundle: %s\n",
+			r.Token.Realm, tokenService, tokenIssuer, certFile)
 	}
 	r.CAFile = filepath.Join(opts.Dir, "ca.pem")
 	if err := os.WriteFile(r.CAFile, r.CAPEM, 0o644); err != nil {
@@ -115,20 +131,22 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 		}
 		r.Host = fmt.Sprintf("127.0.0.1:%d", port)
 		cfg := filepath.Join(opts.Dir, "config.yml")
-		if err := os.WriteFile(cfg, []byte(config(r.Host, filepath.Join(opts.Dir, "storage"), certFile, keyFile, htpasswd)), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte(config(r.Host, filepath.Join(opts.Dir, "storage"), certFile, keyFile, auth)), 0o600); err != nil {
 			return nil, fmt.Errorf("distribution: %w", err)
 		}
 		if last = r.start(ctx, bin, cfg); last == nil {
 			return r, nil
 		}
-		_ = r.Stop()
+		_ = r.stopRegistry()
 	}
+	r.Token.close()
 	return nil, last
 }
 
-// config is the registry's config.yml: loopback only, TLS, htpasswd, and
-// manifest deletion on (tests delete a tag by deleting its manifest).
-func config(addr, storage, cert, key, htpasswd string) string {
+// config is the registry's config.yml: loopback only, TLS, the auth section
+// (htpasswd or token), and manifest deletion on (tests delete a tag by
+// deleting its manifest).
+func config(addr, storage, cert, key, auth string) string {
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	return fmt.Sprintf(`version: 0.1
@@ -154,10 +172,7 @@ http:
   headers:
     X-Content-Type-Options: [nosniff]
 auth:
-  htpasswd:
-    realm: image-refresh-test
-    path: %s
-`, storage, addr, hex.EncodeToString(secret), cert, key, htpasswd)
+%s`, storage, addr, hex.EncodeToString(secret), cert, key, auth)
 }
 
 func (r *Registry) start(ctx context.Context, bin, cfg string) error {
@@ -220,8 +235,17 @@ func (r *Registry) Transport() *http.Transport {
 	return t
 }
 
-// Stop stops the registry (SIGTERM, then SIGKILL after 5 s).
+// Stop stops the registry (SIGTERM, then SIGKILL after 5 s) and its token
+// server.
 func (r *Registry) Stop() error {
+	r.Token.close()
+	for _, f := range r.fronts {
+		_ = f.srv.Close()
+	}
+	return r.stopRegistry()
+}
+
+func (r *Registry) stopRegistry() error {
 	if r.cmd == nil || r.cmd.Process == nil {
 		return nil
 	}
@@ -263,7 +287,17 @@ func (r *Registry) tail(n int) string {
 // the test ends. A missing binary fails the test with the install command.
 func StartT(t testing.TB) *Registry {
 	t.Helper()
-	r, err := Start(context.Background(), Options{Dir: t.TempDir()})
+	return StartWithT(t, Options{})
+}
+
+// StartWithT is StartT with options; opts.Dir defaults to a temporary
+// directory of t.
+func StartWithT(t testing.TB, opts Options) *Registry {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	r, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,16 +318,16 @@ func freePort() (int, error) {
 
 // writeSelfSigned writes a loopback certificate (its own CA) and its key,
 // and returns the CA PEM a client must trust.
-func writeSelfSigned(certFile, keyFile string) ([]byte, error) {
+func writeSelfSigned(certFile, keyFile string) (testcert.Pair, error) {
 	p, err := testcert.Loopback("distribution-test")
 	if err != nil {
-		return nil, err
+		return testcert.Pair{}, err
 	}
 	if err := os.WriteFile(certFile, p.CertPEM, 0o644); err != nil {
-		return nil, err
+		return testcert.Pair{}, err
 	}
 	if err := os.WriteFile(keyFile, p.KeyPEM, 0o600); err != nil {
-		return nil, err
+		return testcert.Pair{}, err
 	}
-	return p.CertPEM, nil
+	return p, nil
 }

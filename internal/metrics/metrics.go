@@ -26,6 +26,7 @@ type Metrics struct {
 	Fights           *prometheus.CounterVec
 	AdmissionPins    *prometheus.CounterVec
 	AdmissionErrors  prometheus.Counter
+	RateLimit        RateLimit
 }
 
 // New registers every metric on a fresh registry (one-shot ticks).
@@ -106,6 +107,7 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	m.Fights = register(reg, m.Fights)
 	m.AdmissionPins = register(reg, m.AdmissionPins)
 	m.AdmissionErrors = register(reg, m.AdmissionErrors)
+	m.RateLimit = newRateLimit(reg)
 	return m
 }
 

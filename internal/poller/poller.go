@@ -36,6 +36,10 @@ type Poller struct {
 	// Clock schedules the polls; nil is the real clock (tests inject a
 	// fake one).
 	Clock clock.Clock
+	// Pace, if set, may stretch the wait after a successful poll of img,
+	// e.g. when its registry's rate-limit budget would not last the interval
+	// (registry.Resolver.Pace).
+	Pace func(img config.Image, interval time.Duration) time.Duration
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -176,7 +180,11 @@ func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	e.res, e.polled = res, true
 	if err == nil {
 		e.failures = 0
-		e.next = p.now().Add(p.jittered())
+		wait := p.jittered()
+		if p.Pace != nil {
+			wait = p.Pace(img, wait)
+		}
+		e.next = p.now().Add(wait)
 	} else {
 		e.failures++
 		e.next = p.now().Add(p.backoff(e.failures, err))

@@ -14,10 +14,18 @@ import (
 
 // Keychain returns the keychains to try in order: extra (e.g. the target's
 // pull secrets), then the docker config file (DOCKER_CONFIG or
-// ~/.docker/config.json), then anonymous. The credentials stay inside the
-// keychain and the transport; nothing here logs them (R20).
+// ~/.docker/config.json, with its credential helpers), then, for Google
+// Artifact Registry and GCR hosts only, the workload identity of the
+// environment (googleKeychain), then anonymous. The credentials stay inside
+// the keychain and the transport; nothing here logs them (R20).
 func Keychain(extra ...authn.Keychain) authn.Keychain {
-	chains := append(append([]authn.Keychain{}, extra...), authn.DefaultKeychain)
+	chains := make([]authn.Keychain, 0, len(extra)+2)
+	for _, kc := range extra {
+		if kc != nil {
+			chains = append(chains, kc)
+		}
+	}
+	chains = append(chains, authn.DefaultKeychain, gcpKeychain)
 	return authn.NewMultiKeychain(chains...)
 }
 

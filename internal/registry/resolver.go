@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -42,6 +43,17 @@ type Options struct {
 	// image_refresh_registry_requests_total{registry,code}. It must be safe
 	// for concurrent use.
 	OnRequest func(host string, status int)
+	// OnRateLimit, if set, is called with the rate limit a registry announced
+	// in the headers of a manifest answer (RateLimit-Limit and
+	// RateLimit-Remaining), for the image_refresh_registry_ratelimit_*
+	// gauges. It must be safe for concurrent use.
+	OnRateLimit func(host string, rl RateLimit)
+	// OnPace, if set, is called by Pace with the poll interval in force for a
+	// registry that announced a rate limit (C2).
+	OnPace func(host string, interval time.Duration)
+	// Log receives the one line a rate-limit stretch starts or ends with;
+	// nil discards it.
+	Log *slog.Logger
 }
 
 // Resolver asks registries for digests. It is safe for concurrent use.
@@ -50,6 +62,10 @@ type Resolver struct {
 	userAgent string
 	hosts     map[string]hostRoute // by registry name as go-containerregistry spells it
 	fallback  hostRoute
+	sessions  sessions
+	budgets   budgets
+	onPace    func(host string, interval time.Duration)
+	log       *slog.Logger
 }
 
 type hostRoute struct {
@@ -67,7 +83,13 @@ func NewResolver(opts Options) (*Resolver, error) {
 		timeout:   opts.Timeout,
 		userAgent: opts.UserAgent,
 		hosts:     map[string]hostRoute{},
+		onPace:    opts.OnPace,
+		log:       opts.Log,
 	}
+	if r.log == nil {
+		r.log = discardLog
+	}
+	seen := &observed{budgets: &r.budgets, onRateLimit: opts.OnRateLimit, onRequest: opts.OnRequest}
 	if r.timeout == 0 {
 		r.timeout = DefaultTimeout
 	}
@@ -75,7 +97,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.fallback = hostRoute{transport: &observer{inner: fallback, onRequest: opts.OnRequest}}
+	r.fallback = hostRoute{transport: &observer{inner: fallback, observed: seen}}
 	for i, hc := range opts.Hosts {
 		reg, err := name.NewRegistry(hc.Host)
 		if err != nil || hc.Host == "" {
@@ -89,7 +111,7 @@ func NewResolver(opts Options) (*Resolver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("registry hosts[%d]: %w", i, err)
 		}
-		r.hosts[key] = hostRoute{insecure: hc.Insecure, transport: &observer{inner: t, onRequest: opts.OnRequest}}
+		r.hosts[key] = hostRoute{insecure: hc.Insecure, transport: &observer{inner: t, observed: seen}}
 	}
 	return r, nil
 }
@@ -108,6 +130,7 @@ func (r *Resolver) Latest(ctx context.Context, repository, tag string, kc authn.
 	if err != nil {
 		return "", &Error{Ref: s, Kind: KindOther, Err: err}
 	}
+	r.budgets.polled(ref.RegistryStr(), s)
 	return r.head(ctx, ref, route, kc)
 }
 
@@ -149,7 +172,7 @@ func (r *Resolver) Verify(ctx context.Context, repository, tag, digest string, k
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
+	desc, err := r.get(ctx, ref, route, kc)
 	if err != nil {
 		return getFailure(ctx, s, fmt.Errorf("verify the HEAD's %s with a GET: %w", digest, err))
 	}
@@ -177,7 +200,7 @@ func (r *Resolver) Platforms(ctx context.Context, repository, digest string, kc 
 	s := ref.String()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	desc, err := remote.Get(ref, r.remoteOptions(ctx, route, kc)...)
+	desc, err := r.get(ctx, ref, route, kc)
 	if err != nil {
 		return nil, getFailure(ctx, s, fmt.Errorf("read the manifest: %w", err))
 	}
@@ -222,6 +245,16 @@ func getFailure(ctx context.Context, ref string, err error) *Error {
 	return &Error{Ref: ref, Kind: e.Kind, Status: e.Status, Err: err}
 }
 
+// registryHost names the registry of repository as go-containerregistry
+// does (the key of Options.OnRequest and of rate limits).
+func registryHost(repository string) string {
+	repo, err := name.NewRepository(repository)
+	if err != nil {
+		return ""
+	}
+	return repo.RegistryStr()
+}
+
 func (r *Resolver) route(repository string) hostRoute {
 	repo, err := name.NewRepository(repository)
 	if err != nil {
@@ -249,7 +282,12 @@ func (r *Resolver) head(ctx context.Context, ref name.Reference, route hostRoute
 	state := &callState{}
 	ctx = context.WithValue(ctx, callKey{}, state)
 
-	desc, err := remote.Head(ref, r.remoteOptions(ctx, route, kc)...)
+	var desc *v1.Descriptor
+	sess, err := r.puller(ctx, ref.Context(), route, kc)
+	if err == nil {
+		desc, err = sess.puller.Head(ctx, ref)
+		r.settle(ref.Context(), sess, err)
+	}
 	answer := state.answer()
 	if err != nil {
 		return "", r.failure(ctx, ref, answer, err)
@@ -261,18 +299,27 @@ func (r *Resolver) head(ctx context.Context, ref name.Reference, route hostRoute
 	return d, nil
 }
 
-// remoteOptions are go-containerregistry's options for one call: bounded
-// by ctx, through the host's transport, without hidden retries.
-func (r *Resolver) remoteOptions(ctx context.Context, route hostRoute, kc authn.Keychain) []remote.Option {
+// get GETs the manifest of ref through the repository's session.
+func (r *Resolver) get(ctx context.Context, ref name.Reference, route hostRoute, kc authn.Keychain) (*remote.Descriptor, error) {
+	sess, err := r.puller(ctx, ref.Context(), route, kc)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := sess.puller.Get(ctx, ref)
+	r.settle(ref.Context(), sess, err)
+	return desc, err
+}
+
+// remoteOptions are go-containerregistry's options for a session: through
+// the host's transport, with one credential, without hidden retries. Each
+// call brings its own context and timeout.
+func (r *Resolver) remoteOptions(route hostRoute, auth authn.Authenticator) []remote.Option {
 	opts := []remote.Option{
-		remote.WithContext(ctx),
+		remote.WithAuth(auth),
 		remote.WithTransport(route.transport),
 		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
 		remote.WithRetryStatusCodes(),
 		remote.WithRetryPredicate(func(error) bool { return false }),
-	}
-	if kc != nil {
-		opts = append(opts, remote.WithAuthFromKeychain(kc))
 	}
 	if r.userAgent != "" {
 		opts = append(opts, remote.WithUserAgent(r.userAgent))

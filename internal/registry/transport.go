@@ -43,8 +43,15 @@ func newHostTransport(hc HostConfig) (*http.Transport, error) {
 // keeps the answer's headers for the call: ggcr's errors carry the status but
 // not Retry-After (C2) nor the raw Docker-Content-Digest (R1).
 type observer struct {
-	inner     http.RoundTripper
-	onRequest func(host string, status int)
+	inner http.RoundTripper
+	*observed
+}
+
+// observed is what every host's observer reports to.
+type observed struct {
+	budgets     *budgets
+	onRequest   func(host string, status int)
+	onRateLimit func(host string, rl RateLimit)
 }
 
 func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -55,6 +62,13 @@ func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	status := 0
 	if err == nil {
 		status = resp.StatusCode
+		// The rate-limit headers of a manifest HEAD's answer, a 429's too.
+		if rl, ok := parseRateLimit(resp.Header); ok {
+			o.budgets.record(req.URL.Host, rl)
+			if o.onRateLimit != nil {
+				o.onRateLimit(req.URL.Host, rl)
+			}
+		}
 		if st, ok := req.Context().Value(callKey{}).(*callState); ok {
 			st.record(resp)
 		}

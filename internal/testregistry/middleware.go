@@ -25,6 +25,7 @@ type Fault struct {
 	Delay        time.Duration // answer late; a client that gives up stops the wait
 	Hang         bool          // never answer until the client cancels or the server closes
 	DigestHeader *string       // replace Docker-Content-Digest; "" drops the header
+	Header       http.Header   // headers added to the answer, e.g. RateLimit-Remaining
 }
 
 // SetFault installs f, replacing any earlier fault.
@@ -88,7 +89,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}()
 
-	if !s.authorized(req) {
+	if s.token && req.URL.Path == TokenPath {
+		s.serveToken(sw, req)
+		return
+	}
+	if s.token && !s.tokens.ok(req) {
+		s.challengeToken(sw, req)
+		return
+	}
+	if !s.token && !s.authorized(req) {
 		sw.Header().Set("WWW-Authenticate", `Basic realm="testregistry"`)
 		writeError(sw, req, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 		return
@@ -105,6 +114,10 @@ func (s *Server) authorized(req *http.Request) bool {
 	if s.user == "" && s.pass == "" {
 		return true
 	}
+	return s.basicOK(req)
+}
+
+func (s *Server) basicOK(req *http.Request) bool {
 	u, p, ok := req.BasicAuth()
 	return ok &&
 		subtle.ConstantTimeCompare([]byte(u), []byte(s.user)) == 1 &&
@@ -120,6 +133,11 @@ func (s *Server) serveFault(w http.ResponseWriter, req *http.Request, f Fault) {
 	}
 	if f.Delay > 0 && !s.wait(req.Context(), f.Delay) {
 		panic(http.ErrAbortHandler)
+	}
+	for k, vs := range f.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
 	}
 	if f.Status != 0 {
 		if f.RetryAfter != "" {

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,10 @@ type Server struct {
 	registry http.Handler // the unwrapped registry; content helpers talk to it in-process
 	user     string
 	pass     string
+	token    bool // bearer tokens from /token instead of basic auth on /v2/
+
+	tokens tokenIssuer
+	conns  atomic.Int64 // TCP connections accepted
 
 	mu       sync.Mutex
 	requests []Request
@@ -93,6 +98,11 @@ func (s *Server) serve(ln net.Listener, tlsConfig *tls.Config) {
 		ReadHeaderTimeout: 10 * time.Second,
 		// Handshake failures are expected in TLS tests; keep them off stderr.
 		ErrorLog: log.New(io.Discard, "", 0),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.conns.Add(1)
+			}
+		},
 	}
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
@@ -112,6 +122,10 @@ func (s *Server) Close() error {
 	}
 	return err
 }
+
+// Conns is the number of TCP connections the server has accepted, so a test
+// can prove that a client keeps its connections alive.
+func (s *Server) Conns() int { return int(s.conns.Load()) }
 
 // Host is the "127.0.0.1:PORT" the server listens on ("" before Start).
 func (s *Server) Host() string { return s.host }
