@@ -40,12 +40,14 @@ type Poller struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	wake    chan struct{}
+	running bool // Run is polling (the leader); Kick needs it
 }
 
 type entry struct {
 	img      config.Image
 	res      refresh.Resolution
 	polled   bool
+	kicked   bool // due now: a push notification named it (Kick)
 	next     time.Time
 	failures int
 	inflight chan struct{} // closed when the running poll ends
@@ -96,20 +98,57 @@ func (p *Poller) Refresh(ctx context.Context, img config.Image) refresh.Resoluti
 	return p.poll(ctx, Key(img))
 }
 
+// Kick makes every registered image that match accepts due now and wakes
+// Run, without waiting for the ask: a push notification is a hint to ask
+// the registry, never an answer (R1). Kicks of one repository:tag
+// coalesce: however many arrive, at most one ask is running and one more
+// is pending (the push may have landed after the running ask was
+// answered). It returns the keys it made due, and false when Run is not
+// polling (a standby replica), when nothing is made due.
+func (p *Poller) Kick(match func(config.Image) bool) (keys []string, running bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.running {
+		return nil, false
+	}
+	for k, e := range p.entries {
+		if match(e.img) {
+			e.kicked = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		select {
+		case p.wake <- struct{}{}:
+		default: // a wake is pending already
+		}
+	}
+	return keys, true
+}
+
 // Run polls every due entry until ctx ends.
 func (p *Poller) Run(ctx context.Context) {
 	p.mu.Lock()
 	if p.wake == nil {
 		p.wake = make(chan struct{}, 1)
 	}
+	p.running = true
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.running = false
+		p.mu.Unlock()
+	}()
 	for {
 		next := p.pollDue(ctx)
+		t := p.clock().NewTimer(next.Sub(p.now()))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-p.clock().After(next.Sub(p.now())):
+		case <-t.C():
 		case <-p.wake:
+			t.Stop()
 		}
 	}
 }
@@ -122,7 +161,7 @@ func (p *Poller) pollDue(ctx context.Context) time.Time {
 	next := now.Add(p.Interval)
 	p.mu.Lock()
 	for k, e := range p.entries {
-		if !e.polled || !e.next.After(now) {
+		if !e.polled || e.kicked || !e.next.After(now) {
 			due = append(due, k)
 		} else if e.next.Before(next) {
 			next = e.next
@@ -159,6 +198,7 @@ func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	}
 	done := make(chan struct{})
 	e.inflight = done
+	e.kicked = false // this ask answers every kick so far
 	img := e.img
 	p.mu.Unlock()
 	defer func() {
