@@ -50,6 +50,15 @@ type Options struct {
 	Bin string
 	// Dir receives config, certificates, storage and the log; required.
 	Dir string
+	// Notify, if set, is the registry's one notifications endpoint: it
+	// sends the events of manifest pushes there.
+	Notify *Endpoint
+}
+
+// Endpoint is a notifications endpoint of the registry's config.
+type Endpoint struct {
+	URL           string // e.g. "http://127.0.0.1:PORT/distribution"
+	Authorization string // the Authorization header it sends, e.g. "Bearer …"
 }
 
 // Registry is a running Distribution registry.
@@ -115,7 +124,8 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 		}
 		r.Host = fmt.Sprintf("127.0.0.1:%d", port)
 		cfg := filepath.Join(opts.Dir, "config.yml")
-		if err := os.WriteFile(cfg, []byte(config(r.Host, filepath.Join(opts.Dir, "storage"), certFile, keyFile, htpasswd)), 0o600); err != nil {
+		text := config(r.Host, filepath.Join(opts.Dir, "storage"), certFile, keyFile, htpasswd) + notifications(opts.Notify)
+		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 			return nil, fmt.Errorf("distribution: %w", err)
 		}
 		if last = r.start(ctx, bin, cfg); last == nil {
@@ -158,6 +168,27 @@ auth:
     realm: image-refresh-test
     path: %s
 `, storage, addr, hex.EncodeToString(secret), cert, key, htpasswd)
+}
+
+// notifications is the config's notifications section for e (none for
+// nil): manifest events only (blob events are ignored by media type), a
+// short timeout, and a quick retry, as a test wants.
+func notifications(e *Endpoint) string {
+	if e == nil {
+		return ""
+	}
+	return fmt.Sprintf(`notifications:
+  endpoints:
+    - name: image-refresh
+      url: %s
+      headers:
+        Authorization: [%q]
+      timeout: 2s
+      threshold: 3
+      backoff: 100ms
+      ignoredmediatypes:
+        - application/octet-stream
+`, e.URL, e.Authorization)
 }
 
 func (r *Registry) start(ctx context.Context, bin, cfg string) error {
@@ -261,9 +292,14 @@ func (r *Registry) tail(n int) string {
 
 // StartT starts a registry in a temporary directory of t and stops it when
 // the test ends. A missing binary fails the test with the install command.
-func StartT(t testing.TB) *Registry {
+// notify, if given, is the registry's notifications endpoint.
+func StartT(t testing.TB, notify ...*Endpoint) *Registry {
 	t.Helper()
-	r, err := Start(context.Background(), Options{Dir: t.TempDir()})
+	opts := Options{Dir: t.TempDir()}
+	if len(notify) > 0 {
+		opts.Notify = notify[0]
+	}
+	r, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

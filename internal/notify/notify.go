@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,13 +34,22 @@ import (
 // is a few KiB, a GitHub package event a few tens.
 const MaxBody = 1 << 20
 
-// Kicker makes the images match accepts due now (poller.Poller.Kick).
+// SettleDelay is how long after a notification the registry is asked.
+// CNCF Distribution sends a manifest's push event before it moves the tag
+// to the manifest, so an ask at once can still get the old digest, and the
+// next chance would be an interval later.
+const SettleDelay = 500 * time.Millisecond
+
+// Kicker makes the images match accepts due after delay
+// (poller.Poller.Kick).
 type Kicker interface {
-	Kick(match func(config.Image) bool) (keys []string, running bool)
+	Kick(match func(config.Image) bool, delay time.Duration) (keys []string, running bool)
 }
 
 // Handler is the HTTP handler of the notification endpoint.
 type Handler struct {
+	// Delay is passed to every Kick; NewHandler sets SettleDelay.
+	Delay   time.Duration
 	secret  []byte
 	kicker  Kicker
 	log     *slog.Logger
@@ -52,7 +62,7 @@ type Handler struct {
 
 // NewHandler serves every sender; secret must not be empty.
 func NewHandler(secret string, k Kicker, m *Metrics, log *slog.Logger) *Handler {
-	h := &Handler{secret: []byte(secret), kicker: k, log: log, metrics: m, senders: map[string]Sender{}}
+	h := &Handler{Delay: SettleDelay, secret: []byte(secret), kicker: k, log: log, metrics: m, senders: map[string]Sender{}}
 	for _, s := range Senders() {
 		h.senders[s.Name] = s
 	}
@@ -118,7 +128,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, hint := range hints {
-		keys, running := h.kicker.Kick(h.matcher(hint))
+		keys, running := h.kicker.Kick(h.matcher(hint), h.Delay)
 		if !running {
 			// A standby replica: the sender retries, and may reach the
 			// leader then.

@@ -45,11 +45,11 @@ type world struct {
 	kicks int
 }
 
-func (w *world) Kick(match func(config.Image) bool) ([]string, bool) {
+func (w *world) Kick(match func(config.Image) bool, delay time.Duration) ([]string, bool) {
 	w.mu.Lock()
 	w.kicks++
 	w.mu.Unlock()
-	return w.poller.Kick(match)
+	return w.poller.Kick(match, delay)
 }
 
 func (w *world) kickCount() int {
@@ -96,6 +96,9 @@ func newWorld(t *testing.T) *world {
 	armed.Store(true)
 	w.metrics = NewMetrics(prometheus.NewRegistry())
 	w.handler = NewHandler(secret, w, w.metrics, slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	// The settle delay is the poller's to prove (internal/poller); these
+	// tests count asks, and the real registry has no tag race.
+	w.handler.Delay = 0
 	return w
 }
 

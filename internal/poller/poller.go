@@ -47,7 +47,8 @@ type entry struct {
 	img      config.Image
 	res      refresh.Resolution
 	polled   bool
-	kicked   bool // due now: a push notification named it (Kick)
+	kicked   bool      // a push notification named it (Kick)
+	kickAt   time.Time // when the kicked ask is due
 	next     time.Time
 	failures int
 	inflight chan struct{} // closed when the running poll ends
@@ -98,22 +99,27 @@ func (p *Poller) Refresh(ctx context.Context, img config.Image) refresh.Resoluti
 	return p.poll(ctx, Key(img))
 }
 
-// Kick makes every registered image that match accepts due now and wakes
-// Run, without waiting for the ask: a push notification is a hint to ask
-// the registry, never an answer (R1). Kicks of one repository:tag
-// coalesce: however many arrive, at most one ask is running and one more
-// is pending (the push may have landed after the running ask was
-// answered). It returns the keys it made due, and false when Run is not
-// polling (a standby replica), when nothing is made due.
-func (p *Poller) Kick(match func(config.Image) bool) (keys []string, running bool) {
+// Kick makes every registered image that match accepts due after the
+// delay and wakes Run, without waiting for the ask: a push notification is
+// a hint to ask the registry, never an answer (R1). The delay lets the
+// registry finish the push (Distribution sends its event before it moves
+// the tag). Kicks of one repository:tag coalesce: however many arrive, at
+// most one ask is running and one more is pending, due after the delay of
+// the first kick that made it pending. It returns the keys it made due,
+// and false when Run is not polling (a standby replica), when nothing is
+// made due.
+func (p *Poller) Kick(match func(config.Image) bool, delay time.Duration) (keys []string, running bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.running {
 		return nil, false
 	}
+	at := p.now().Add(delay)
 	for k, e := range p.entries {
 		if match(e.img) {
-			e.kicked = true
+			if !e.kicked {
+				e.kicked, e.kickAt = true, at
+			}
 			keys = append(keys, k)
 		}
 	}
@@ -161,9 +167,13 @@ func (p *Poller) pollDue(ctx context.Context) time.Time {
 	next := now.Add(p.Interval)
 	p.mu.Lock()
 	for k, e := range p.entries {
-		if !e.polled || e.kicked || !e.next.After(now) {
+		kickDue := e.kicked && !e.kickAt.After(now)
+		switch {
+		case !e.polled || kickDue || !e.next.After(now):
 			due = append(due, k)
-		} else if e.next.Before(next) {
+		case e.kicked && e.kickAt.Before(next) && e.kickAt.Before(e.next):
+			next = e.kickAt
+		case e.next.Before(next):
 			next = e.next
 		}
 	}
@@ -198,7 +208,9 @@ func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	}
 	done := make(chan struct{})
 	e.inflight = done
-	e.kicked = false // this ask answers every kick so far
+	if e.kicked && !e.kickAt.After(p.now()) {
+		e.kicked = false // this ask answers every kick that is due
+	}
 	img := e.img
 	p.mu.Unlock()
 	defer func() {
