@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -164,6 +165,8 @@ func newTyped(kind string) (object, bool) {
 		return &corev1.ConfigMap{}, true
 	case "Service":
 		return &corev1.Service{}, true
+	case "Ingress":
+		return &networkingv1.Ingress{}, true
 	case "CronJob":
 		return &batchv1.CronJob{}, true
 	case "Deployment":

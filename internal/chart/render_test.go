@@ -569,6 +569,18 @@ func TestChart_SchemaRejectsBadValues(t *testing.T) {
 			values: map[string]any{"webhook": map[string]any{"enabled": true}},
 			want:   []string{"webhook.enabled needs mode: controller"},
 		},
+		"push notifications in cronjob mode": {
+			values: map[string]any{"notify": map[string]any{"enabled": true, "tokenSecret": "hooks"}},
+			want:   []string{"notify.enabled needs mode: controller"},
+		},
+		"push notifications without the Secret of their shared secret": {
+			values: map[string]any{"mode": "controller", "notify": map[string]any{"enabled": true}},
+			want:   []string{"notify.enabled needs notify.tokenSecret"},
+		},
+		"a notify port out of range": {
+			values: map[string]any{"notify": map[string]any{"port": 70000}},
+			want:   []string{"/notify/port"},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := &helm{t: t, bin: h.bin, home: h.home, kubeconfig: h.kubeconfig}

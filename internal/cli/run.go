@@ -34,6 +34,7 @@ type runOptions struct {
 	fightWindow    time.Duration
 	workers        int
 	webhook        webhookFlags
+	notify         notifyFlags
 }
 
 // webhookFlags are the flags of the admission webhook (B1, docs/webhook.md).
@@ -50,7 +51,7 @@ type webhookFlags struct {
 func newRun() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run [--config FILE] [--kubeconfig FILE] [--watch-namespaces NS,…] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--webhook-port N] [--log-format text|json]",
+		Use:   "run [--config FILE] [--kubeconfig FILE] [--watch-namespaces NS,…] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--webhook-port N] [--notify-port N --notify-token-file FILE] [--log-format text|json]",
 		Short: "Run as a controller: re-pin a revert within seconds, poll the registry on an interval",
 		Long: `run watches the configured and the labelled workloads (SPEC D1) and re-pins a write that takes a target off
 its recorded digest as soon as the API server reports it (C1), under the same
@@ -62,7 +63,10 @@ registry once per repository:tag per poll interval, with jitter and backoff
 is left alone after a few rounds and reported (C5). With --webhook-port every
 replica also serves the mutating admission webhook (B1): a re-render to
 repo:tag is stored pinned to the recorded digest; it fails open, see
-docs/webhook.md. SIGTERM stops it cleanly.`,
+docs/webhook.md. With --notify-port a registry's push notification makes it
+ask the registry for that repository:tag at once instead of at the next poll
+(the secret from --notify-token-file or $IMAGE_REFRESH_NOTIFY_TOKEN, never a
+flag value), see docs/notifications.md. SIGTERM stops it cleanly.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -86,6 +90,7 @@ docs/webhook.md. SIGTERM stops it cleanly.`,
 	f.StringVar(&w.configName, "webhook-config-name", "image-refresh", "MutatingWebhookConfiguration whose caBundle a self-signed webhook keeps")
 	f.StringVar(&w.service, "webhook-service", "image-refresh", "Service in front of the webhook: the self-signed certificate is valid for its DNS names")
 	f.StringVar(&w.namespace, "webhook-namespace", "", "namespace of --webhook-service; default: the pod's namespace, else default")
+	o.notify.bind(f)
 	return cmd
 }
 
@@ -154,6 +159,10 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	notifyToken, err := o.notify.token()
+	if err != nil {
+		return err
+	}
 	cfg, err := o.load()
 	if err != nil {
 		return err
@@ -188,8 +197,13 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 			return err
 		}
 	}
+	if o.notify.port > 0 {
+		if err := o.notify.setup(mgr, notifyToken, mgr.Controller.Poller, ctrlmetrics.Registry, log); err != nil {
+			return err
+		}
+	}
 	log.Info("image-refresh controller starting", "version", Version, "groups", len(cfg.Groups), "discovery", o.discover,
-		"pollInterval", o.pollInterval.String(), "leaderElect", o.leaderElect, "webhookPort", o.webhook.port)
+		"pollInterval", o.pollInterval.String(), "leaderElect", o.leaderElect, "webhookPort", o.webhook.port, "notifyPort", o.notify.port)
 	if err := mgr.Start(cmd.Context()); err != nil {
 		return fmt.Errorf("controller stopped: %w", err)
 	}

@@ -53,6 +53,15 @@ type Options struct {
 	// TokenAuth replaces htpasswd with Distribution's auth.token and an
 	// in-process token server (TokenServer) that takes the same credentials.
 	TokenAuth bool
+	// Notify, if set, is the registry's one notifications endpoint: it
+	// sends the events of manifest pushes there.
+	Notify *Endpoint
+}
+
+// Endpoint is a notifications endpoint of the registry's config.
+type Endpoint struct {
+	URL           string // e.g. "http://127.0.0.1:PORT/distribution"
+	Authorization string // the Authorization header it sends, e.g. "Bearer …"
 }
 
 // Registry is a running Distribution registry.
@@ -131,7 +140,8 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 		}
 		r.Host = fmt.Sprintf("127.0.0.1:%d", port)
 		cfg := filepath.Join(opts.Dir, "config.yml")
-		if err := os.WriteFile(cfg, []byte(config(r.Host, filepath.Join(opts.Dir, "storage"), certFile, keyFile, auth)), 0o600); err != nil {
+		text := config(r.Host, filepath.Join(opts.Dir, "storage"), certFile, keyFile, auth) + notifications(opts.Notify)
+		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 			return nil, fmt.Errorf("distribution: %w", err)
 		}
 		if last = r.start(ctx, bin, cfg); last == nil {
@@ -173,6 +183,27 @@ http:
     X-Content-Type-Options: [nosniff]
 auth:
 %s`, storage, addr, hex.EncodeToString(secret), cert, key, auth)
+}
+
+// notifications is the config's notifications section for e (none for
+// nil): manifest events only (blob events are ignored by media type), a
+// short timeout, and a quick retry, as a test wants.
+func notifications(e *Endpoint) string {
+	if e == nil {
+		return ""
+	}
+	return fmt.Sprintf(`notifications:
+  endpoints:
+    - name: image-refresh
+      url: %s
+      headers:
+        Authorization: [%q]
+      timeout: 2s
+      threshold: 3
+      backoff: 100ms
+      ignoredmediatypes:
+        - application/octet-stream
+`, e.URL, e.Authorization)
 }
 
 func (r *Registry) start(ctx context.Context, bin, cfg string) error {
@@ -285,9 +316,14 @@ func (r *Registry) tail(n int) string {
 
 // StartT starts a registry in a temporary directory of t and stops it when
 // the test ends. A missing binary fails the test with the install command.
-func StartT(t testing.TB) *Registry {
+// notify, if given, is the registry's notifications endpoint.
+func StartT(t testing.TB, notify ...*Endpoint) *Registry {
 	t.Helper()
-	return StartWithT(t, Options{})
+	var opts Options
+	if len(notify) > 0 {
+		opts.Notify = notify[0]
+	}
+	return StartWithT(t, opts)
 }
 
 // StartWithT is StartT with options; opts.Dir defaults to a temporary

@@ -44,12 +44,15 @@ type Poller struct {
 	mu      sync.Mutex
 	entries map[string]*entry
 	wake    chan struct{}
+	running bool // Run is polling (the leader); Kick needs it
 }
 
 type entry struct {
 	img      config.Image
 	res      refresh.Resolution
 	polled   bool
+	kicked   bool      // a push notification named it (Kick)
+	kickAt   time.Time // when the kicked ask is due
 	next     time.Time
 	failures int
 	inflight chan struct{} // closed when the running poll ends
@@ -100,20 +103,62 @@ func (p *Poller) Refresh(ctx context.Context, img config.Image) refresh.Resoluti
 	return p.poll(ctx, Key(img))
 }
 
+// Kick makes every registered image that match accepts due after the
+// delay and wakes Run, without waiting for the ask: a push notification is
+// a hint to ask the registry, never an answer (R1). The delay lets the
+// registry finish the push (Distribution sends its event before it moves
+// the tag). Kicks of one repository:tag coalesce: however many arrive, at
+// most one ask is running and one more is pending, due after the delay of
+// the first kick that made it pending. It returns the keys it made due,
+// and false when Run is not polling (a standby replica), when nothing is
+// made due.
+func (p *Poller) Kick(match func(config.Image) bool, delay time.Duration) (keys []string, running bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.running {
+		return nil, false
+	}
+	at := p.now().Add(delay)
+	for k, e := range p.entries {
+		if match(e.img) {
+			if !e.kicked {
+				e.kicked, e.kickAt = true, at
+			}
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		select {
+		case p.wake <- struct{}{}:
+		default: // a wake is pending already
+		}
+	}
+	return keys, true
+}
+
 // Run polls every due entry until ctx ends.
 func (p *Poller) Run(ctx context.Context) {
 	p.mu.Lock()
 	if p.wake == nil {
 		p.wake = make(chan struct{}, 1)
 	}
+	p.running = true
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.running = false
+		p.mu.Unlock()
+	}()
 	for {
 		next := p.pollDue(ctx)
+		t := p.clock().NewTimer(next.Sub(p.now()))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-p.clock().After(next.Sub(p.now())):
+		case <-t.C():
 		case <-p.wake:
+			t.Stop()
 		}
 	}
 }
@@ -126,9 +171,13 @@ func (p *Poller) pollDue(ctx context.Context) time.Time {
 	next := now.Add(p.Interval)
 	p.mu.Lock()
 	for k, e := range p.entries {
-		if !e.polled || !e.next.After(now) {
+		kickDue := e.kicked && !e.kickAt.After(now)
+		switch {
+		case !e.polled || kickDue || !e.next.After(now):
 			due = append(due, k)
-		} else if e.next.Before(next) {
+		case e.kicked && e.kickAt.Before(next) && e.kickAt.Before(e.next):
+			next = e.kickAt
+		case e.next.Before(next):
 			next = e.next
 		}
 	}
@@ -163,6 +212,9 @@ func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	}
 	done := make(chan struct{})
 	e.inflight = done
+	if e.kicked && !e.kickAt.After(p.now()) {
+		e.kicked = false // this ask answers every kick that is due
+	}
 	img := e.img
 	p.mu.Unlock()
 	defer func() {

@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -151,5 +152,135 @@ func TestPoller_LatestAnswersFromTheLastPollAndReportsChanges(t *testing.T) {
 	}
 	if got := p.Latest(context.Background(), i, nil).Digest; got != "sha256:bbbb" {
 		t.Errorf("Latest after the change %q", got)
+	}
+}
+
+// gatedResolve is a Resolve that reports each ask of a key when it starts
+// and, while the key is held, waits for release before answering.
+type gatedResolve struct {
+	mu      sync.Mutex
+	held    map[string]chan struct{}
+	started map[string]chan struct{}
+	asks    map[string]int
+}
+
+func newGatedResolve(keys ...string) *gatedResolve {
+	g := &gatedResolve{held: map[string]chan struct{}{}, started: map[string]chan struct{}{}, asks: map[string]int{}}
+	for _, k := range keys {
+		g.started[k] = make(chan struct{}, 100)
+	}
+	return g
+}
+
+func (g *gatedResolve) resolve(_ context.Context, i config.Image) (string, error) {
+	g.mu.Lock()
+	g.asks[Key(i)]++
+	hold := g.held[Key(i)]
+	g.mu.Unlock()
+	g.started[Key(i)] <- struct{}{}
+	if hold != nil {
+		<-hold
+	}
+	return "sha256:" + fmt.Sprintf("%064x", 1), nil
+}
+
+func (g *gatedResolve) hold(key string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := make(chan struct{})
+	g.held[key] = c
+	return c
+}
+
+func (g *gatedResolve) release(key string, c chan struct{}) {
+	g.mu.Lock()
+	delete(g.held, key)
+	g.mu.Unlock()
+	close(c)
+}
+
+func (g *gatedResolve) count(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.asks[key]
+}
+
+func waitStarted(t *testing.T, g *gatedResolve, key string) {
+	t.Helper()
+	select {
+	case <-g.started[key]:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no ask of %s started", key)
+	}
+}
+
+func TestPoller_Kick_AsksNowAndAFloodCostsOneAskInFlightPlusOnePending(t *testing.T) {
+	g := newGatedResolve("r/a:prod", "r/b:prod")
+	p := &Poller{Interval: time.Hour, Resolve: g.resolve}
+	p.Add(img("r/a", "prod", "a"), img("r/b", "prod", "b"))
+	fakeRun(t, p) // the first asks of both are done; the next are an hour away
+	waitStarted(t, g, "r/a:prod")
+	waitStarted(t, g, "r/b:prod")
+
+	isA := func(i config.Image) bool { return Key(i) == "r/a:prod" }
+	gate := g.hold("r/a:prod")
+	if keys, running := p.Kick(isA, 0); !running || len(keys) != 1 || keys[0] != "r/a:prod" {
+		t.Fatalf("Kick = %v, %v; want [r/a:prod], true", keys, running)
+	}
+	waitStarted(t, g, "r/a:prod") // asked now, not in an hour
+	for range 100 {               // a flood while that ask runs
+		p.Kick(isA, 0)
+	}
+	g.release("r/a:prod", gate)
+	waitStarted(t, g, "r/a:prod") // the one pending ask
+	// A barrier: b's ask starts only after a's pending ask ended, since Run
+	// polls one due key at a time and a's kicks all came before it started.
+	p.Kick(func(i config.Image) bool { return Key(i) == "r/b:prod" }, 0)
+	waitStarted(t, g, "r/b:prod")
+	if n := g.count("r/a:prod"); n != 3 {
+		t.Errorf("r/a:prod asked %d times, want 3: the first poll, the kicked one, and one for the whole flood", n)
+	}
+}
+
+func TestPoller_Kick_AsksOnlyOnceTheDelayHasPassed(t *testing.T) {
+	g := newGatedResolve("r/a:prod", "r/b:prod")
+	var askedAt atomic.Value
+	p := &Poller{Interval: time.Hour}
+	p.Resolve = func(ctx context.Context, i config.Image) (string, error) {
+		if Key(i) == "r/a:prod" {
+			askedAt.Store(p.now())
+		}
+		return g.resolve(ctx, i)
+	}
+	p.Add(img("r/a", "prod", "a"), img("r/b", "prod", "b"))
+	step := fakeRun(t, p)
+	waitStarted(t, g, "r/a:prod")
+	waitStarted(t, g, "r/b:prod")
+	kickedAt := p.now()
+	p.Kick(func(i config.Image) bool { return Key(i) == "r/a:prod" }, 500*time.Millisecond)
+	// Two asks of b, each kicked after the previous one started, so the
+	// pass that saw a's kick has ended: a must not have been asked.
+	for range 2 {
+		p.Kick(func(i config.Image) bool { return Key(i) == "r/b:prod" }, 0)
+		waitStarted(t, g, "r/b:prod")
+	}
+	if n := g.count("r/a:prod"); n != 1 {
+		t.Fatalf("r/a:prod asked %d times before the delay passed, want 1 (the first poll)", n)
+	}
+	step(500 * time.Millisecond)
+	waitStarted(t, g, "r/a:prod")
+	if at := askedAt.Load().(time.Time); at.Sub(kickedAt) < 500*time.Millisecond {
+		t.Errorf("asked %s after the kick, want at least the 500ms delay", at.Sub(kickedAt))
+	}
+}
+
+func TestPoller_Kick_OnAStandbyReportsNotRunning(t *testing.T) {
+	p := &Poller{Interval: time.Hour, Resolve: func(context.Context, config.Image) (string, error) {
+		t.Error("a standby asked the registry")
+		return "", nil
+	}}
+	p.Add(img("r/a", "prod", "a"))
+	if keys, running := p.Kick(func(config.Image) bool { return true }, 0); running || len(keys) != 0 {
+		t.Errorf("Kick without Run = %v, %v; want nothing kicked and not running", keys, running)
 	}
 }

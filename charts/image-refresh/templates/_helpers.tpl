@@ -190,6 +190,12 @@ RefreshError and exits before the Job controller kills the pod.
 {{- if .Values.registryAuth.dockerConfigSecret }}
 - {name: DOCKER_CONFIG, value: /var/run/image-refresh/docker}
 {{- end }}
+{{- if and .Values.notify.enabled (eq .Values.mode "controller") }}
+# The notification secret: from a Secret, never an argument (R20).
+- name: IMAGE_REFRESH_NOTIFY_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.notify.tokenSecret | quote }}, key: {{ .Values.notify.tokenSecretKey | quote }}}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
