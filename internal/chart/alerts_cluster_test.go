@@ -25,11 +25,13 @@ import (
 // (name{label="value",…}), which is also promtool's series notation.
 type scrape map[string]float64
 
-func scrapeMetrics(t *testing.T, addr string) scrape {
+// scrapeMetrics reads /metrics; ok is false while nothing serves it yet.
+// A line that does not parse fails the test.
+func scrapeMetrics(t *testing.T, addr string) (_ scrape, ok bool) {
 	t.Helper()
 	code, body := httpGet("http://" + addr + "/metrics")
 	if code != http.StatusOK {
-		t.Fatalf("/metrics: %d %s", code, body)
+		return nil, false
 	}
 	out := scrape{}
 	for _, line := range strings.Split(body, "\n") {
@@ -43,7 +45,7 @@ func scrapeMetrics(t *testing.T, addr string) scrape {
 		}
 		out[line[:i]] = v
 	}
-	return out
+	return out, true
 }
 
 var groupLabel = regexp.MustCompile(`[{,]group="([^"]*)"`)
@@ -181,7 +183,10 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 	}
 	var scrapes []scrape
 	eventually(t, 30*time.Second, "every group reported by a pass", ctl, func() bool {
-		s := scrapeMetrics(t, metricsAddr)
+		s, ok := scrapeMetrics(t, metricsAddr)
+		if !ok {
+			return false
+		}
 		for _, g := range []string{"obs-locked", "obs-calm", "obs-stale"} {
 			if passes(s, g) == 0 {
 				return false
@@ -194,7 +199,10 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 	for range 2 {
 		prev := scrapes[len(scrapes)-1]
 		eventually(t, 30*time.Second, "another pass of every group", ctl, func() bool {
-			s := scrapeMetrics(t, metricsAddr)
+			s, ok := scrapeMetrics(t, metricsAddr)
+			if !ok {
+				return false
+			}
 			for _, g := range []string{"obs-locked", "obs-calm", "obs-stale"} {
 				if passes(s, g) <= passes(prev, g) {
 					return false
