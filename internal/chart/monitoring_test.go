@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -145,6 +146,66 @@ func promtool(t *testing.T) string {
 		t.Fatalf("promtool is needed to test the chart's alert rules and could not be built: %v", promtoolErr)
 	}
 	return promtoolBin
+}
+
+var (
+	monitoringCheckOnce sync.Once
+	monitoringCheckBin  string
+	monitoringCheckErr  error
+)
+
+// monitoringCheck checks the ServiceMonitors and PrometheusRules in
+// rendered by decoding them strictly into prometheus-operator's own Go
+// types: hack/monitoringcheck, its own module (the operator's API stays
+// out of image-refresh's go.mod), built once with `go build` and cached.
+func monitoringCheck(t *testing.T, rendered string) {
+	t.Helper()
+	monitoringCheckOnce.Do(func() {
+		monitoringCheckBin, monitoringCheckErr = buildMonitoringCheck(filepath.Join(chartDir(t), "..", "..", "hack", "monitoringcheck"))
+	})
+	if monitoringCheckErr != nil {
+		t.Fatal(monitoringCheckErr)
+	}
+	cmd := exec.Command(monitoringCheckBin)
+	cmd.Stdin = strings.NewReader(rendered)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the rendered ServiceMonitor/PrometheusRule do not decode into prometheus-operator's types: %v\n%s", err, out)
+	}
+	t.Logf("prometheus-operator types: %s", strings.TrimSpace(string(out)))
+}
+
+// buildMonitoringCheck builds the command in dir once into the tools cache
+// ($XDG_CACHE_HOME or ~/.cache, image-refresh/tools), keyed by a hash of its
+// go.mod, go.sum and main.go, and returns its path.
+func buildMonitoringCheck(dir string) (string, error) {
+	h := sha256.New()
+	for _, f := range []string{"go.mod", "go.sum", "main.go"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return "", err
+		}
+		h.Write(b)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "image-refresh", "tools", fmt.Sprintf("monitoringcheck-%x", h.Sum(nil)[:6]), "monitoringcheck")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", err
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
+	cmd := exec.Command("go", "build", "-o", tmp, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build in hack/monitoringcheck: %v\n%s", err, out)
+	}
+	return bin, os.Rename(tmp, bin) // whole, so a concurrent test never runs half a binary
 }
 
 // promtoolTest writes tests (a promtool rule unit-test file, with
@@ -343,14 +404,21 @@ func TestAlerts_RulesAreValidAndNameTheirState(t *testing.T) {
 }
 
 // TestChart_MonitoringObjects checks what the monitoring values render:
-// the metrics Service selects the controller's pods and targets the
-// container's metrics port, the ServiceMonitor selects only that Service,
+// the ServiceMonitor and PrometheusRule decode strictly into
+// prometheus-operator's own types (hack/monitoringcheck), the metrics
+// Service selects the controller's pods and targets the container's
+// metrics port, the ServiceMonitor selects only that Service,
 // and the dashboard ConfigMap carries the sidecar's label; by default none
 // of them is rendered, and the ServiceMonitor refuses mode cronjob (a tick
 // serves no /metrics).
 func TestChart_MonitoringObjects(t *testing.T) {
 	h := newHelm(t)
-	m := h.template(ciValues(t, "monitoring"))
+	rendered, err := h.render(ciValues(t, "monitoring"))
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, rendered)
+	}
+	m := parseManifest(t, rendered)
+	monitoringCheck(t, rendered)
 	var svc *corev1.Service
 	for _, s := range all[*corev1.Service](m) {
 		if s.Name == "rel-image-refresh-metrics" {
@@ -490,5 +558,30 @@ func TestDashboard_IsJSONOnExportedMetrics(t *testing.T) {
 		if !used[n] && !strings.HasSuffix(n, "_bucket") && !strings.HasSuffix(n, "_sum") && !strings.HasSuffix(n, "_count") {
 			t.Errorf("the dashboard shows nothing of %s", n)
 		}
+	}
+}
+
+// TestChart_MonitoringSchemaRejectsBadValues: values.schema.json refuses
+// an unknown monitoring key, an alert the chart does not ship, a `for` that
+// is not a Prometheus duration and a label that is not a string, naming the
+// field.
+func TestChart_MonitoringSchemaRejectsBadValues(t *testing.T) {
+	h := newHelm(t)
+	for name, tc := range map[string]struct {
+		metrics map[string]any
+		want    string
+	}{
+		"an unknown serviceMonitor key":         {map[string]any{"serviceMonitor": map[string]any{"intervall": "30s"}}, "/metrics/serviceMonitor"},
+		"an alert the chart does not ship":      {map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{"ImageRefreshHeld": map[string]any{"enabled": false}}}}, "/metrics/prometheusRule/alerts"},
+		"a Go duration as for":                  {map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{"ImageRefreshError": map[string]any{"for": "1.5h"}}}}, "/metrics/prometheusRule/alerts/ImageRefreshError/for"},
+		"a scrape interval that is no duration": {map[string]any{"serviceMonitor": map[string]any{"interval": "often"}}, "/metrics/serviceMonitor/interval"},
+		"a label that is not a string":          {map[string]any{"grafanaDashboard": map[string]any{"labels": map[string]any{"x": 1}}}, "/metrics/grafanaDashboard/labels/x"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := h.render(ciValues(t, "controller"), valuesFile(t, map[string]any{"metrics": tc.metrics}))
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("helm template: err %v, want a schema error naming %s:\n%s", err, tc.want, out)
+			}
+		})
 	}
 }
