@@ -502,8 +502,10 @@ func TestChart_MonitoringObjects(t *testing.T) {
 }
 
 // TestDashboard_IsJSONOnExportedMetrics: dashboards/image-refresh.json is
-// valid JSON, and every PromQL expression in it (panel targets and template
-// variable queries) uses only metric names internal/metrics exports.
+// valid JSON, every PromQL expression in it (panel targets and template
+// variable queries) uses only metric names internal/metrics exports, every
+// panel expression parses (promtool check rules), and every exported
+// metric is on the dashboard.
 func TestDashboard_IsJSONOnExportedMetrics(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(chartDir(t), "dashboards", "image-refresh.json"))
 	if err != nil {
@@ -546,6 +548,27 @@ func TestDashboard_IsJSONOnExportedMetrics(t *testing.T) {
 	walk("", dash)
 	if len(exprs) < 10 {
 		t.Fatalf("only %d PromQL expressions found in the dashboard", len(exprs))
+	}
+	// Every panel expression parses as PromQL: promtool checks them as
+	// recording rules, with Grafana's variables replaced by values.
+	var records []rule
+	for i, e := range exprs {
+		if strings.HasPrefix(e, "label_values(") {
+			continue // Grafana's variable query, not PromQL
+		}
+		e = strings.NewReplacer("$__rate_interval", "5m", "$group", ".*").Replace(e)
+		records = append(records, rule{Record: fmt.Sprintf("dashboard:expr_%d", i), Expr: e})
+	}
+	rb, err := yaml.Marshal(map[string]any{"groups": []ruleGroup{{Name: "dashboard", Rules: records}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rulesPath := filepath.Join(t.TempDir(), "dashboard-exprs.yaml")
+	if err := os.WriteFile(rulesPath, rb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool(t), "check", "rules", rulesPath).CombinedOutput(); err != nil {
+		t.Errorf("a dashboard expression is not valid PromQL: %v\n%s", err, out)
 	}
 	// Every exported metric is on the dashboard somewhere.
 	used := map[string]bool{}
