@@ -33,6 +33,13 @@ func scrapeMetrics(t *testing.T, addr string) (_ scrape, ok bool) {
 	if code != http.StatusOK {
 		return nil, false
 	}
+	return parseExposition(t, body), true
+}
+
+// parseExposition reads the image_refresh_* samples of the Prometheus text
+// format (what /metrics serves and `tick --metrics-file` writes).
+func parseExposition(t *testing.T, body string) scrape {
+	t.Helper()
 	out := scrape{}
 	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, "image_refresh_") {
@@ -45,7 +52,7 @@ func scrapeMetrics(t *testing.T, addr string) (_ scrape, ok bool) {
 		}
 		out[line[:i]] = v
 	}
-	return out, true
+	return out
 }
 
 var groupLabel = regexp.MustCompile(`[{,]group="([^"]*)"`)
@@ -106,9 +113,10 @@ func inputFrom(scrapes []scrape, groups map[string]bool, n int) []inputSeries {
 // promtool input series, and runs `promtool test rules` with the chart's
 // rendered PrometheusRule: the lockout alert fires for obs-locked only, the
 // stale-pin alert for obs-stale only, and no alert fires for obs-calm or
-// any other alert at all. The timeline is promtool's (one sample a minute,
-// the last scrape held for 30 minutes, so every `for` elapses); the values
-// are the controller's.
+// any other alert at all. The same holds for the file a `tick
+// --metrics-file` writes in that state (mode cronjob). The timeline is
+// promtool's (one sample a minute, the last scrape held for 30 minutes, so
+// every `for` elapses); the values are the controller's and the tick's.
 func TestAlerts_RealControllerSeries(t *testing.T) {
 	start := time.Now()
 	groups, rulesPath := renderRules(t)
@@ -247,15 +255,36 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		e := alertTest{EvalTime: "20m", Alertname: name, ExpAlerts: []expAlert{}}
-		for _, l := range fire[name] {
-			e.ExpAlerts = append(e.ExpAlerts, want(alerts[name], l, ""))
+	evals := func() []alertTest {
+		var out []alertTest
+		for _, name := range names {
+			e := alertTest{EvalTime: "20m", Alertname: name, ExpAlerts: []expAlert{}}
+			for _, l := range fire[name] {
+				e.ExpAlerts = append(e.ExpAlerts, want(alerts[name], l, ""))
+			}
+			out = append(out, e)
 		}
-		test.AlertRuleTest = append(test.AlertRuleTest, e)
+		return out
 	}
-	if out, err := promtoolTest(t, rulesPath, []promTest{test}); err != nil {
-		t.Fatalf("promtool test rules on the controller's series: %v\n%s", err, out)
+	test.AlertRuleTest = evals()
+
+	// Mode cronjob: the same states, as `tick --metrics-file` writes them
+	// for node-exporter's textfile collector (one file per run, held until
+	// the next tick).
+	ctl.stop(t)
+	file := filepath.Join(t.TempDir(), "image-refresh.prom")
+	code, logs := runCLI(ctx, []string{"tick", "--config", cfgPath, "--kubeconfig", c.Kubeconfig, "--log-format", "text", "--metrics-file", file})
+	if code != 1 || !strings.Contains(logs, "LOCKED OUT") {
+		t.Fatalf("tick on the locked-out group: exit %d, want 1 and LOCKED OUT:\n%s", code, logs)
+	}
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tickInput := inputFrom([]scrape{parseExposition(t, string(body))}, map[string]bool{"obs-locked": true, "obs-calm": true, "obs-stale": true}, 31)
+	tickTest := promTest{Name: "series a tick wrote with --metrics-file", Interval: "1m", InputSeries: tickInput, AlertRuleTest: evals()}
+	if out, err := promtoolTest(t, rulesPath, []promTest{test, tickTest}); err != nil {
+		t.Fatalf("promtool test rules on the controller's and the tick's series: %v\n%s", err, out)
 	}
 	t.Logf("total %s", time.Since(start).Round(time.Millisecond))
 }
