@@ -105,15 +105,17 @@ func inputFrom(scrapes []scrape, groups map[string]bool, n int) []inputSeries {
 }
 
 // TestAlerts_RealControllerSeries runs the real `image-refresh run` on the
-// local cluster with three groups: obs-locked is locked out (its anchor's
+// local cluster with four groups: obs-locked is locked out (its anchor's
 // refresh-attempt at maxRefreshAttempts, as after three rollouts that never
 // settled), obs-stale has an operator pin that is not the registry's
-// latest (stale-pin), obs-calm is pinned (benign). It scrapes the
+// latest (stale-pin), obs-frozen has a rollout that never finishes
+// (not-settled at maxSkipTicks: RefreshFrozen), obs-calm is pinned
+// (benign). It scrapes the
 // controller's /metrics over three passes, turns the scraped series into
 // promtool input series, and runs `promtool test rules` with the chart's
 // rendered PrometheusRule: the lockout alert fires for obs-locked only, the
-// stale-pin alert for obs-stale only, and no alert fires for obs-calm or
-// any other alert at all. The same holds for the file a `tick
+// stale-pin alert for obs-stale only, the frozen alert for obs-frozen only,
+// and no alert fires for obs-calm, nor any other alert at all. The same holds for the file a `tick
 // --metrics-file` writes in that state (mode cronjob). The timeline is
 // promtool's (one sample a minute, the last scrape held for 30 minutes, so
 // every `for` elapses); the values are the controller's and the tick's.
@@ -127,11 +129,12 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 	c := testenv.Cluster(t)
 	reg := testregistry.Start(t)
 	ns := testenv.Namespace(t, c.Client)
-	for _, name := range []string{"api", "calm", "stale"} {
+	deploys := []string{"api", "calm", "stale", "frozen"}
+	for _, name := range deploys {
 		reg.MustPushRandomImage(t, "acme/"+name, "prod")
 		testenv.Deployment(t, c.Client, ns, name, testenv.WithContainer(name, reg.Host()+"/acme/"+name+":prod"), testenv.WithReplicas(1))
 	}
-	for _, name := range []string{"api", "calm", "stale"} {
+	for _, name := range deploys {
 		if err := testenv.WaitSettled(ctx, c.Client, "Deployment", ns, name, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -147,23 +150,24 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
           - {kind: Deployment, namespace: %s, name: %s, container: %s}
 `, name, ns, deploy, deploy, reg.Host(), deploy, extra, ns, deploy, deploy)
 	}
-	cfg := fmt.Sprintf("rolloutTimeout: 30s\nregistryTimeout: 3s\nregistries:\n  - {host: %q, insecure: true}\ngroups:\n", reg.Host()) +
+	cfg := fmt.Sprintf("rolloutTimeout: 30s\nregistryTimeout: 3s\nmaxSkipTicks: 2\nregistries:\n  - {host: %q, insecure: true}\ngroups:\n", reg.Host()) +
 		group("obs-locked", "api", "") + group("obs-calm", "calm", "") +
-		group("obs-stale", "stale", "\n        pinnedDigest: sha256:"+strings.Repeat("1", 64))
+		group("obs-stale", "stale", "\n        pinnedDigest: sha256:"+strings.Repeat("1", 64)) +
+		group("obs-frozen", "frozen", "")
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
-	// Two ticks record and pin obs-locked and obs-calm (firstInstall
-	// pin-next-tick); obs-stale makes them exit 1.
+	// Two ticks record and pin obs-locked, obs-calm and obs-frozen
+	// (firstInstall pin-next-tick); obs-stale makes them exit 1.
 	for range 2 {
 		code, logs := runCLI(ctx, []string{"tick", "--config", cfgPath, "--kubeconfig", c.Kubeconfig, "--log-format", "text"})
 		if code != 1 || !strings.Contains(logs, "StalePin") {
 			t.Fatalf("setup tick: exit %d, want 1 with StalePin:\n%s", code, logs)
 		}
 	}
-	for _, name := range []string{"api", "calm"} {
+	for _, name := range []string{"api", "calm", "frozen"} {
 		if err := testenv.WaitSettled(ctx, c.Client, "Deployment", ns, name, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -180,6 +184,12 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 	if _, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "api", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// obs-frozen: a rollout that can never finish (no node matches), so
+	// the controller's counted passes reach maxSkipTicks (2).
+	patch = `{"spec":{"template":{"spec":{"nodeSelector":{"no-such-node":"true"}}}}}`
+	if _, err := c.Client.AppsV1().Deployments(ns).Patch(ctx, "frozen", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("setup: %s", time.Since(start).Round(time.Millisecond))
 
 	clusterStart := time.Now()
@@ -189,13 +199,15 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 	passes := func(s scrape, group string) float64 {
 		return s[fmt.Sprintf(`image_refresh_passes_total{group=%q}`, group)]
 	}
+	all := []string{"obs-locked", "obs-calm", "obs-stale", "obs-frozen"}
+	frozen := `image_refresh_group_needs_attention{group="obs-frozen",reason="RefreshFrozen"}`
 	var scrapes []scrape
 	eventually(t, 30*time.Second, "every group reported by a pass", ctl, func() bool {
 		s, ok := scrapeMetrics(t, metricsAddr)
 		if !ok {
 			return false
 		}
-		for _, g := range []string{"obs-locked", "obs-calm", "obs-stale"} {
+		for _, g := range all {
 			if passes(s, g) == 0 {
 				return false
 			}
@@ -203,18 +215,24 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 		scrapes = append(scrapes[:0], s)
 		return true
 	})
-	// Two more scrapes, each after every group made another pass (resync 1s).
-	for range 2 {
+	// Two more scrapes, each after every group made another pass (resync
+	// 1s); the last one once obs-frozen reports RefreshFrozen, which the
+	// passes that a watch event starts between two counted ones do not
+	// (those series go into promtool as scraped).
+	for i := range 2 {
 		prev := scrapes[len(scrapes)-1]
 		eventually(t, 30*time.Second, "another pass of every group", ctl, func() bool {
 			s, ok := scrapeMetrics(t, metricsAddr)
 			if !ok {
 				return false
 			}
-			for _, g := range []string{"obs-locked", "obs-calm", "obs-stale"} {
+			for _, g := range all {
 				if passes(s, g) <= passes(prev, g) {
 					return false
 				}
+			}
+			if i == 1 && s[frozen] != 1 {
+				return false
 			}
 			scrapes = append(scrapes, s)
 			return true
@@ -224,13 +242,15 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 
 	last := scrapes[len(scrapes)-1]
 	for series, v := range map[string]float64{
-		`image_refresh_group_locked_out{group="obs-locked"}`:                                                                           1,
-		`image_refresh_group_locked_out{group="obs-calm"}`:                                                                             0,
-		`image_refresh_group_locked_out{group="obs-stale"}`:                                                                            0,
-		`image_refresh_group_needs_attention{group="obs-stale",reason="StalePin"}`:                                                     1,
-		`image_refresh_group_needs_attention{group="obs-locked",reason="RefreshLockedOut"}`:                                            1,
-		`image_refresh_group_needs_attention{group="obs-calm",reason="RefreshLockedOut"}`:                                              0,
-		`image_refresh_group_needs_attention{group="obs-calm",reason="StalePin"}`:                                                      0,
+		`image_refresh_group_locked_out{group="obs-locked"}`:                                1,
+		`image_refresh_group_locked_out{group="obs-calm"}`:                                  0,
+		`image_refresh_group_locked_out{group="obs-stale"}`:                                 0,
+		`image_refresh_group_needs_attention{group="obs-stale",reason="StalePin"}`:          1,
+		`image_refresh_group_needs_attention{group="obs-locked",reason="RefreshLockedOut"}`: 1,
+		`image_refresh_group_needs_attention{group="obs-calm",reason="RefreshLockedOut"}`:   0,
+		`image_refresh_group_needs_attention{group="obs-calm",reason="StalePin"}`:           0,
+		`image_refresh_group_needs_attention{group="obs-calm",reason="RefreshFrozen"}`:      0,
+		frozen: 1,
 		fmt.Sprintf(`image_refresh_target_on_digest{container="calm",group="obs-calm",image="calm",namespace=%q,workload="calm"}`, ns): 1,
 	} {
 		if got, ok := last[series]; !ok || got != v {
@@ -238,7 +258,11 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 		}
 	}
 
-	input := inputFrom(scrapes, map[string]bool{"obs-locked": true, "obs-calm": true, "obs-stale": true}, 31)
+	mine := map[string]bool{}
+	for _, g := range all {
+		mine[g] = true
+	}
+	input := inputFrom(scrapes, mine, 31)
 	var lines []string
 	for _, s := range input {
 		lines = append(lines, s.Series+"  "+s.Values[:min(len(s.Values), 40)])
@@ -248,6 +272,7 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 	fire := map[string][]map[string]string{
 		"ImageRefreshLockedOut": {{"group": "obs-locked"}},
 		"ImageRefreshStalePin":  {{"group": "obs-stale"}},
+		"ImageRefreshFrozen":    {{"group": "obs-frozen"}},
 	}
 	test := promTest{Name: "series exported by the real controller", Interval: "1m", InputSeries: input}
 	var names []string
@@ -281,7 +306,7 @@ func TestAlerts_RealControllerSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tickInput := inputFrom([]scrape{parseExposition(t, string(body))}, map[string]bool{"obs-locked": true, "obs-calm": true, "obs-stale": true}, 31)
+	tickInput := inputFrom([]scrape{parseExposition(t, string(body))}, mine, 31)
 	tickTest := promTest{Name: "series a tick wrote with --metrics-file", Interval: "1m", InputSeries: tickInput, AlertRuleTest: evals()}
 	if out, err := promtoolTest(t, rulesPath, []promTest{test, tickTest}); err != nil {
 		t.Fatalf("promtool test rules on the controller's and the tick's series: %v\n%s", err, out)
