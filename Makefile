@@ -42,7 +42,7 @@ demo:
 distribution:
 	@hack/install-distribution.sh
 
-test: cluster-bin vet vulncheck distribution
+test: cluster-bin vet vulncheck distribution promtool
 	$(GO) test -race -count=1 -timeout 25m ./...
 	@$(MAKE) -s fuzz
 
@@ -50,6 +50,13 @@ test: cluster-bin vet vulncheck distribution
 # golang.org/x/vulndb module (no online database); fails on any reachable one.
 vulncheck:
 	@GO="$(GO)" hack/vulncheck.sh
+
+# promtool for the chart's alert-rule tests (internal/chart TestAlerts_*),
+# built once from the prometheus Go module and cached; the tests call the
+# same script, so this only moves the first build out of go test's timeout.
+.PHONY: promtool
+promtool:
+	@GO="$(GO)" hack/promtool.sh >/dev/null
 
 # A short run of every fuzz target; the seed corpora live in testdata/fuzz.
 fuzz:

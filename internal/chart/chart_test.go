@@ -181,6 +181,10 @@ func newTyped(kind string) (object, bool) {
 		return &rbacv1.ClusterRoleBinding{}, true
 	case "MutatingWebhookConfiguration":
 		return &admissionregistrationv1.MutatingWebhookConfiguration{}, true
+	case "ServiceMonitor":
+		return &serviceMonitor{}, true
+	case "PrometheusRule":
+		return &prometheusRule{}, true
 	}
 	return nil, false
 }
@@ -304,10 +308,26 @@ func checkArgs(t testing.TB, args []string, wantSub string) {
 	}
 }
 
+// configMap returns the chart's config ConfigMap: the only one that is not
+// the Grafana dashboard's.
+func configMap(t testing.TB, m *manifest) *corev1.ConfigMap {
+	t.Helper()
+	var out []*corev1.ConfigMap
+	for _, cm := range all[*corev1.ConfigMap](m) {
+		if cm.Labels["grafana_dashboard"] == "" {
+			out = append(out, cm)
+		}
+	}
+	if len(out) != 1 {
+		t.Fatalf("want exactly one config ConfigMap, got %d", len(out))
+	}
+	return out[0]
+}
+
 // configOf returns config.yaml of the rendered ConfigMap.
 func configOf(t testing.TB, m *manifest) []byte {
 	t.Helper()
-	cm := one[*corev1.ConfigMap](t, m)
+	cm := configMap(t, m)
 	text, ok := cm.Data["config.yaml"]
 	if !ok {
 		t.Fatalf("ConfigMap %s has no config.yaml", cm.Name)

@@ -468,10 +468,22 @@ func httpGet(url string) (int, string) {
 
 // controller is `image-refresh run` running in-process.
 type controller struct {
-	mu   sync.Mutex
-	logs bytes.Buffer
-	done chan struct{}
-	code int
+	mu     sync.Mutex
+	logs   bytes.Buffer
+	done   chan struct{}
+	code   int
+	cancel context.CancelFunc
+}
+
+// stop stops the controller, as SIGTERM does, and waits for it to exit.
+func (c *controller) stop(t *testing.T) {
+	t.Helper()
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("controller did not stop within 30 s of SIGTERM")
+	}
 }
 
 func (c *controller) Write(p []byte) (int, error) {
@@ -492,6 +504,7 @@ func startRun(t *testing.T, args []string) *controller {
 	t.Helper()
 	c := &controller{done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
 	root := cli.NewRoot(io.Discard, c)
 	root.SetArgs(args)
 	go func() {
@@ -503,12 +516,7 @@ func startRun(t *testing.T, args []string) *controller {
 		c.code = cli.ExitCode(err)
 	}()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			t.Errorf("controller did not stop within 30 s of SIGTERM")
-		}
+		c.stop(t)
 		if t.Failed() {
 			t.Logf("controller logs:\n%s", c.Logs())
 		}

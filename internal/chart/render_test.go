@@ -40,6 +40,8 @@ var modes = map[string]mode{
 		wantResources: []string{"daemonsets", "deployments", "statefulsets"}},
 	"controller with the webhook serves it behind a fail-open MutatingWebhookConfiguration": {values: "webhook", controller: true, leaderElect: true, webhook: true, wantReplicas: 2,
 		wantResources: []string{"daemonsets", "deployments", "statefulsets", "cronjobs"}},
+	"controller with the monitoring glue adds a metrics Service, ServiceMonitor, PrometheusRule and dashboard": {values: "monitoring", controller: true, wantReplicas: 1,
+		wantResources: []string{"daemonsets", "deployments", "statefulsets"}},
 }
 
 func TestChart_LintAndRenderEachMode(t *testing.T) {
@@ -292,7 +294,7 @@ func checkDeployment(t *testing.T, m *manifest, md mode) corev1.PodSpec {
 func checkConfigMounted(t *testing.T, m *manifest, pod corev1.PodSpec, args []string) {
 	t.Helper()
 	path, _ := argValue(args, "--config")
-	cm := one[*corev1.ConfigMap](t, m)
+	cm := configMap(t, m)
 	for _, vm := range pod.Containers[0].VolumeMounts {
 		if filepath.Join(vm.MountPath, "config.yaml") != path {
 			continue
