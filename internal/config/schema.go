@@ -19,6 +19,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"maxReadFailures":    d.integer(&c.MaxReadFailures),
 		"maxDigestChanges":   d.integer(&c.MaxDigestChanges),
 		"digestChangeWindow": d.duration(&c.DigestChangeWindow),
+		"minDigestAge":       d.duration(&c.MinDigestAge),
 		"firstInstall":       d.str((*string)(&c.FirstInstall)),
 		"pinFormat":          d.str((*string)(&c.PinFormat)),
 		"failOnRunningStale": d.boolean(&c.FailOnRunningStale),

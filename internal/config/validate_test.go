@@ -41,6 +41,8 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 			func(c *Config) { c.MaxDigestChanges = 0 }, []string{"maxDigestChanges: must be at least 1"}},
 		{"a negative digest change window is rejected",
 			func(c *Config) { c.DigestChangeWindow = -time.Minute }, []string{"digestChangeWindow: must not be negative", "0 turns the bound off"}},
+		{"R22: a negative minDigestAge is rejected",
+			func(c *Config) { c.MinDigestAge = -time.Minute }, []string{"minDigestAge: must not be negative", "0 rolls a new digest at once"}},
 		{"an unknown firstInstall is rejected with the allowed values",
 			func(c *Config) { c.FirstInstall = "always" }, []string{"firstInstall:", "pin-next-tick, only-after-ever-pinned"}},
 		{"an unknown pinFormat is rejected with the allowed values",
