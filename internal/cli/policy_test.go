@@ -181,3 +181,61 @@ func TestTick_R22_ANewDigestWaitsForMinDigestAgeThenRolls(t *testing.T) {
 		t.Errorf("requests-proxy moved %d times, want 1", moves)
 	}
 }
+
+// R24: outside every rolloutWindows window a digest change waits (status
+// "window-closed" naming the next opening, exit 0), a helm revert is still
+// re-pinned to the recorded digest, and the first tick inside the window
+// (the injected clock moved there) rolls the new digest.
+func TestTick_R24_AClosedWindowHoldsADigestChangeButNotARevert(t *testing.T) {
+	e := newEnv(t)
+	e.clock = &testClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)} // a Wednesday
+	a := e.seed()
+	cfg := e.config("rolloutWindows:\n  - days: [Wed]\n    start: \"22:00\"\n    end: \"23:00\"\n" + seedShape)
+	for range 2 { // first observation, then the first pin: not a digest change
+		if code, _ := e.tick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d", code)
+		}
+	}
+	pinA := e.repo("api") + ":prod@" + a
+	if got := e.image("requests-proxy", "proxy"); got != pinA {
+		t.Fatalf("setup: requests-proxy on %s, want %s", got, pinA)
+	}
+	b := e.push("api", "prod")
+	pinB := e.repo("api") + ":prod@" + b
+	proxy := e.watchDeployment("requests-proxy")
+
+	code, logs := e.tick(cfg)
+	if code != 0 || len(logLines(logs, "INFO", "outside rolloutWindows", "opening 2026-12-02T22:00:00Z")) != 1 {
+		t.Fatalf("tick outside the window: exit %d, want 0 with an INFO naming the next opening:\n%s", code, logs)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinA {
+		t.Errorf("outside the window requests-proxy on %s, want %s", got, pinA)
+	}
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "window-closed" || r["latest"] != b {
+		t.Errorf("status row %v, want window-closed with latest %s", r, b)
+	}
+
+	// A revert outside the window is re-pinned to the recorded digest.
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick after a revert outside the window: exit %d, want 0", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinA {
+		t.Errorf("the revert outside the window left requests-proxy on %s, want %s", got, pinA)
+	}
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 2 {
+		t.Errorf("requests-proxy moved %d times outside the window, want 2 (the revert and its re-pin): %v", moves, seen)
+	}
+
+	// The window opens: the digest change rolls.
+	e.clock.Add(10 * time.Hour)
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick inside the window: exit %d, want 0", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinB {
+		t.Errorf("inside the window requests-proxy on %s, want %s", got, pinB)
+	}
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "pinned" {
+		t.Errorf("status row inside the window %v, want pinned", r)
+	}
+}

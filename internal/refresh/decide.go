@@ -501,7 +501,9 @@ type hold struct {
 
 // holdFor applies the rollout policy to a digest change of img from
 // recorded to latest, in order: a quarantined digest (R23), a spent churn
-// budget (R21), a digest younger than minDigestAge (R22). nil: roll it.
+// budget (R21), a digest younger than minDigestAge (R22), outside every
+// rollout window (R24). nil: roll it. A revert re-pin is never held: it
+// restores the recorded digest.
 func (d *decision) holdFor(img config.Image, recorded, latest string, recent []time.Time, budgetErr error, seen *state.FirstSeenValue) *hold {
 	rearm := d.rearm()
 	if !d.locked && slices.Contains(d.lockedOn(img), latest) {
@@ -538,6 +540,15 @@ func (d *decision) holdFor(img config.Image, recorded, latest string, recent []t
 				img.Repository, img.Tag, latest, since.UTC().Format(time.RFC3339), d.s.MinDigestAge, left.Round(time.Second), since.Add(d.s.MinDigestAge).UTC().Format(time.RFC3339), recorded)
 			return &hold{state: StateWaiting, finding: Finding{Severity: SeverityInfo, Image: img.Name, Message: msg}}
 		}
+	}
+	if now := d.now(); !config.WindowsOpen(d.s.RolloutWindows, now) {
+		names := make([]string, len(d.s.RolloutWindows))
+		for i, w := range d.s.RolloutWindows {
+			names[i] = w.String()
+		}
+		msg := fmt.Sprintf("outside rolloutWindows (%s): the move of %s:%s to %s waits for the next window, opening %s; held on the recorded digest %s meanwhile",
+			strings.Join(names, "; "), img.Repository, img.Tag, latest, config.NextWindowOpening(d.s.RolloutWindows, now).Format(time.RFC3339), recorded)
+		return &hold{state: StateWindowClosed, finding: Finding{Severity: SeverityInfo, Image: img.Name, Message: msg}}
 	}
 	return nil
 }

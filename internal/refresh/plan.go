@@ -180,9 +180,10 @@ const (
 	StateNotSettled    State = "not-settled"
 	StateStalePin      State = "stale-pin"
 	StateInert         State = "inert"
-	StateTagFlapping   State = "tag-flapping" // R21
-	StateQuarantined   State = "quarantined"  // R23
-	StateWaiting       State = "waiting"      // R22
+	StateTagFlapping   State = "tag-flapping"  // R21
+	StateQuarantined   State = "quarantined"   // R23
+	StateWaiting       State = "waiting"       // R22
+	StateWindowClosed  State = "window-closed" // R24
 	StateUnreadable    State = "unreadable"
 	StateError         State = "error"
 	StateRunningStale  State = "running-stale"

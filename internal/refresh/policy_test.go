@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/state"
 )
 
@@ -228,6 +229,65 @@ func TestDecide_R23_ANewDigestRearmsALockout(t *testing.T) {
 			want: want{
 				bookkeeping: kv{k.Flap(): "3", k.LockedOn("api"): strings.Repeat("<C>,", state.MaxLockedOn-2) + "<A>,<B>"},
 				findings:    []string{lockoutFinding}, rows: []string{"api web/api: locked-out"}, lockedOut: true,
+			},
+		},
+	})
+}
+
+// windows sets rolloutWindows on the flap test's clock (Wed 2026-12-02 12:00 UTC).
+func windows(ws ...config.RolloutWindow) settingsOpt {
+	return func(s *Settings) {
+		s.RolloutWindows = ws
+		s.Now = func() time.Time { return flapNow }
+	}
+}
+
+func TestDecide_R24_DigestChangesStartOnlyInsideARolloutWindow(t *testing.T) {
+	g := group(withImage("api", on(webAPI)))
+	moved := func(live string) Observation {
+		return observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, live))
+	}
+	nights := config.RolloutWindow{Days: []string{"Mon", "Tue", "Wed", "Thu", "Fri"}, Start: "22:00", End: "06:00"}
+	noon := config.RolloutWindow{Days: []string{"Wed"}, Start: "11:00", End: "13:00"}
+	rolls := &wantRepin{
+		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+		changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
+		wait:    []string{"web"},
+		clear:   kv{k.Attempt(): deleted},
+		record:  kv{k.Record("api"): "<B>"},
+	}
+	run(t, map[string]decideCase{
+		"outside every window a digest change waits, benign, naming the next opening": {
+			settings: []settingsOpt{windows(nights)},
+			obs:      moved(pinned(dA)),
+			want:     want{rows: []string{"api web/api: window-closed"}, findings: []string{"api: INFO - benign"}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "row", p.Rows[0].Message, "opening 2026-12-02T22:00:00Z")
+				contains(t, "row", p.Rows[0].Message, "Mon,Tue,Wed,Thu,Fri 22:00-06:00 UTC")
+			},
+		},
+		"inside a window the digest change rolls": {
+			settings: []settingsOpt{windows(nights, noon)},
+			obs:      moved(pinned(dA)),
+			want:     want{rows: []string{"api web/api: drifted"}, repin: rolls},
+		},
+		"no windows: any time": {
+			settings: []settingsOpt{windows()},
+			obs:      moved(pinned(dA)),
+			want:     want{rows: []string{"api web/api: drifted"}, repin: rolls},
+		},
+		"outside every window a revert is still re-pinned to the recorded digest": {
+			settings: []settingsOpt{windows(nights)},
+			obs:      moved(onTag),
+			want: want{
+				rows:     []string{"api web/api: drifted"},
+				findings: []string{"api: INFO - benign"},
+				repin: &wantRepin{
+					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
+					wait:    []string{"web"},
+					clear:   kv{k.Attempt(): deleted},
+				},
 			},
 		},
 	})
