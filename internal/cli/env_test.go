@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,27 @@ type env struct {
 	ns         string
 	kubeconfig string
 	prefix     string
+	// clock, when set, is the rollout policy's clock of every command
+	// the env runs (cli.WithClock): a test moves it instead of sleeping.
+	clock *testClock
+}
+
+// testClock is a clock a test moves by hand.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 func newEnv(t *testing.T) *env {
@@ -72,7 +94,11 @@ func (e *env) config(body string) string {
 func (e *env) run(args ...string) (code int, stdout, stderr string) {
 	e.t.Helper()
 	var out, errOut bytes.Buffer
-	root := NewRoot(&out, &errOut)
+	var opts []Option
+	if e.clock != nil {
+		opts = append(opts, WithClock(e.clock.Now))
+	}
+	root := NewRoot(&out, &errOut, opts...)
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
 	if err != nil {

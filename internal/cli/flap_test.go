@@ -3,6 +3,7 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // imageMoves counts the image changes of one container, starting on from,
@@ -20,13 +21,16 @@ func imageMoves(versions []deployVersion, container, from string) (moves int, se
 	return moves, seen
 }
 
-// A registry whose tag flips between two digests before every tick: with
-// maxDigestChanges 2 the targets roll twice, then the image is held on its
-// recorded digest, loudly (exit 1, TagFlapping Event naming rearm, status
-// row "held"); a revert while held is re-pinned to the recorded digest (R7);
-// rearm ends the hold and the next tick rolls once more.
-func TestTick_R6_R15_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
+// R21: a registry whose tag flips between two digests before each of 10
+// ticks (a minute apart on the injected clock): with maxDigestChanges 2 per
+// 1h the targets roll twice, then the image is held on its recorded digest
+// as tag-flapping, loudly (exit 1, TagFlapping Event naming rearm, status
+// row "tag-flapping"); a revert while held is re-pinned to the recorded
+// digest (R7). An hour later on the clock the hold ends by itself: the next
+// tick rolls to the tag's digest. rearm also ends a hold at once.
+func TestTick_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
 	e := newEnv(t)
+	e.clock = &testClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
 	a := e.seed()
 	cfg := e.config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + seedShape)
 	for range 2 {
@@ -53,8 +57,12 @@ func TestTick_R6_R15_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) 
 		{b, true, 1, pinA},  // held, and a revert is re-pinned to the record
 		{a, false, 0, pinA}, // nothing to do
 		{b, false, 1, pinA}, // held
+		{a, false, 0, pinA},
+		{b, false, 1, pinA},
+		{a, false, 0, pinA},
 	}
 	for i, s := range steps {
+		e.clock.Add(time.Minute)
 		flipTo(s.tag)
 		if s.revert {
 			e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
@@ -69,27 +77,52 @@ func TestTick_R6_R15_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) 
 			}
 		}
 		if s.wantCode == 1 {
-			if len(logLines(logs, "WARN", "is flapping", "moved 2 times", "rearm --config")) == 0 {
-				t.Errorf("tick %d: no WARN naming the flap and the rearm command:\n%s", i+1, logs)
+			if len(logLines(logs, "WARN", "is flapping", "moved 2 times", "until 2026-12-02T13:01:00Z", "rearm --config")) == 0 {
+				t.Errorf("tick %d: no WARN naming the flap, its end and the rearm command:\n%s", i+1, logs)
 			}
 			if rec := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; rec != a {
 				t.Errorf("tick %d: record %s while held, want %s", i+1, rec, a)
+			}
+			if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "tag-flapping" || !strings.Contains(r["remediation"].(string), "rearm") {
+				t.Errorf("tick %d: status row of requests-proxy = %v, want state tag-flapping with the rearm remediation", i+1, r)
 			}
 		}
 	}
 	if !hasEvent(e.events("jobs-manager"), "TagFlapping", "rearm") {
 		t.Errorf("no TagFlapping event naming rearm on the anchor: %q", e.events("jobs-manager"))
 	}
-	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "held" || !strings.Contains(r["remediation"].(string), "rearm") {
-		t.Errorf("status row of requests-proxy = %v, want state held with the rearm remediation", r)
-	}
 	// The bound: 2 digest moves, plus the revert and its re-pin.
 	moves, seen := imageMoves(proxy.take(), "proxy", pinA)
 	if moves != 4 {
-		t.Errorf("requests-proxy's image moved %d times over 7 flips, want 4 (2 rolls, 1 revert, 1 re-pin): %v", moves, seen)
+		t.Errorf("requests-proxy's image moved %d times over 10 flips, want 4 (2 rolls, 1 revert, 1 re-pin): %v", moves, seen)
 	}
 
-	// rearm ends the hold: the next tick rolls to the tag's digest, once.
+	// The window passes on the clock (the first counted move was at 12:01): the
+	// hold ends by itself, and the next tick rolls once.
+	e.clock.Add(time.Hour)
+	flipTo(b)
+	if code, logs := e.tick(cfg); code != 0 {
+		t.Fatalf("tick after the window: exit %d, want 0\n%s", code, logs)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinB {
+		t.Errorf("after the window requests-proxy on %s, want %s", got, pinB)
+	}
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "pinned" {
+		t.Errorf("after the window status row of requests-proxy = %v, want pinned", r)
+	}
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 1 {
+		t.Errorf("after the window requests-proxy moved %d times, want 1: %v", moves, seen)
+	}
+
+	// Two more moves spend the budget again; rearm ends the hold at once.
+	for _, d := range []string{a, b} {
+		e.clock.Add(time.Minute)
+		flipTo(d)
+		e.tick(cfg)
+	}
+	if code, _ := e.tick(cfg); code != 1 {
+		t.Fatalf("tick with the budget spent again: exit %d, want 1", code)
+	}
 	if code, out, logs := e.run("rearm", "--config", cfg, "--kubeconfig", e.kubeconfig, "--group", "control-plane"); code != 0 || !strings.Contains(out, e.key("digest-changes-api")) {
 		t.Fatalf("rearm exit %d, want 0 naming the cleared digest-changes key:\n%s\n%s", code, out, logs)
 	}
@@ -98,8 +131,5 @@ func TestTick_R6_R15_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) 
 	}
 	if got := e.image("requests-proxy", "proxy"); got != pinB {
 		t.Errorf("after rearm requests-proxy on %s, want %s", got, pinB)
-	}
-	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 1 {
-		t.Errorf("after rearm requests-proxy moved %d times, want 1: %v", moves, seen)
 	}
 }

@@ -10,17 +10,18 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-func newRearm() *cobra.Command {
+func newRearm(o *options) *cobra.Command {
 	var (
-		c     common
+		c     = common{options: *o}
 		group string
 	)
 	cmd := &cobra.Command{
 		Use:   "rearm [--config FILE] [--kubeconfig FILE] --group NAME",
 		Short: "Clear a group's attempt counter and lockout (R18)",
 		Long: `rearm clears the refresh-attempt counter and the refresh-flap-detected lockout
-marker on the group's anchor, so that the next tick acts again. Every lockout
-message names this command. Fix what kept the rollout from settling first
+marker on the group's anchor, so that the next tick acts again; it also ends
+a flapping tag's hold (R21) and takes the digests lockouts locked on out of
+quarantine (R23). Every lockout message names this command. Fix what kept the rollout from settling first
 (a NotReady node, a crashing pod), or the group locks out again.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,8 +56,9 @@ message names this command. Fix what kept the rollout from settling first
 			cleared := []string{}
 			keysOf := []string{keys.Attempt(), keys.Holder(), keys.Flap()}
 			for _, img := range g.Images {
-				// A flapping tag's hold (R6 digest-change budget) ends too.
-				keysOf = append(keysOf, keys.DigestChanges(img.Name))
+				// A flapping tag's hold (R21) ends too, and the digests
+				// lockouts locked on leave quarantine (R23).
+				keysOf = append(keysOf, keys.DigestChanges(img.Name), keys.LockedOn(img.Name))
 			}
 			for _, k := range keysOf {
 				if v, ok := obj.Annotations[k]; ok {

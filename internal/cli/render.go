@@ -20,9 +20,9 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-func newRender() *cobra.Command {
+func newRender(o *options) *cobra.Command {
 	var (
-		c         common
+		c         = common{options: *o}
 		namespace string
 	)
 	cmd := &cobra.Command{

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -79,9 +80,26 @@ func NewRootFor(program string, out, errOut io.Writer) *cobra.Command {
 	return root
 }
 
+// Option tunes the command tree beyond its flags: what a program embeds,
+// not what a user types.
+type Option func(*options)
+
+type options struct {
+	now func() time.Time
+}
+
+// WithClock sets the clock the rollout policy counts on (R21 churn window,
+// R22 minimum age); the default is time.Now. Tests move it forward instead
+// of sleeping for an hour.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
 // NewRoot builds the command tree. out and errOut receive the commands'
 // output and logs.
-func NewRoot(out, errOut io.Writer) *cobra.Command {
+func NewRoot(out, errOut io.Writer, opts ...Option) *cobra.Command {
+	o := &options{}
+	for _, opt := range opts {
+		opt(o)
+	}
 	root := &cobra.Command{
 		Use:   "image-refresh",
 		Short: "Pin workloads to the digest their tag points to now, and keep them pinned",
@@ -94,12 +112,13 @@ re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.`
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitInvalid, Err: err} })
-	root.AddCommand(newTick(), newRun(), newStatus(), newRearm(), newRender(), newVersion())
+	root.AddCommand(newTick(o), newRun(o), newStatus(o), newRearm(o), newRender(o), newVersion())
 	return root
 }
 
 // common holds the flags every cluster command shares.
 type common struct {
+	options
 	configPath string
 	kubeconfig string
 	logFormat  string
@@ -210,7 +229,7 @@ func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics
 	return &reconcile.Runner{
 		Config: cfg, ConfigPath: c.configPath, Kube: kube,
 		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
-		Instance: reconcile.InstanceName(),
+		Instance: reconcile.InstanceName(), Now: c.now,
 	}, nil
 }
 

@@ -48,8 +48,8 @@ type webhookFlags struct {
 	namespace  string
 }
 
-func newRun() *cobra.Command {
-	var o runOptions
+func newRun(opts *options) *cobra.Command {
+	o := runOptions{common: common{options: *opts}}
 	cmd := &cobra.Command{
 		Use:   "run [--config FILE] [--kubeconfig FILE] [--watch-namespaces NS,…] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--webhook-port N] [--notify-port N --notify-token-file FILE] [--log-format text|json]",
 		Short: "Run as a controller: re-pin a revert within seconds, poll the registry on an interval",

@@ -12,9 +12,9 @@ import (
 	"github.com/image-refresh/image-refresh/internal/refresh"
 )
 
-func newStatus() *cobra.Command {
+func newStatus(o *options) *cobra.Command {
 	var (
-		c      common
+		c      = common{options: *o}
 		output string
 	)
 	cmd := &cobra.Command{

@@ -8,9 +8,9 @@ import (
 	"github.com/image-refresh/image-refresh/internal/metrics"
 )
 
-func newTick() *cobra.Command {
+func newTick(o *options) *cobra.Command {
 	var (
-		c           common
+		c           = common{options: *o}
 		dryRun      bool
 		metricsFile string
 	)

@@ -144,6 +144,12 @@ type Config struct {
 	// bound off.
 	MaxDigestChanges   int           `yaml:"maxDigestChanges"`
 	DigestChangeWindow time.Duration `yaml:"digestChangeWindow"`
+	// MinDigestAge holds a new digest until image-refresh has seen the tag
+	// point to it for at least this long (R22); 0 rolls it at once.
+	MinDigestAge time.Duration `yaml:"minDigestAge"`
+	// RolloutWindows limit when digest-change rollouts start (R24); none:
+	// any time. A revert re-pin is always allowed.
+	RolloutWindows []RolloutWindow `yaml:"rolloutWindows"`
 	// FailOnRunningStale makes a target whose pods run another digest than
 	// its pin (N1, running-stale) exit a tick 1. Off by default: the pin
 	// already fixes the next rollout, and the state is reported anyway.

@@ -64,6 +64,10 @@ func TestParse_RejectsBadYAMLNamingTheKeyAndLine(t *testing.T) {
 			"apiTimeout: &t 10s\nregistryTimeout: *t\n" + group, []string{"registryTimeout: YAML aliases (*t) are not supported"}},
 		{"a YAML merge key is rejected",
 			"registries:\n  - &r {host: ghcr.io}\n  - <<: *r\n    insecure: true\n" + group, []string{"registries[1].<<: YAML merge keys"}},
+		{"R24: a bad rollout window time is reported at its line, and nothing applies",
+			"rolloutWindows:\n  - days: [Mon, Tue]\n    start: \"22:00\"\n    end: \"25:00\"\n" + group, []string{`rolloutWindows[0].end: invalid time "25:00"`, "(line 4)"}},
+		{"R24: a weekday that is not one is reported at its line",
+			"rolloutWindows:\n  - days:\n      - Mon\n      - Mnday\n    start: \"22:00\"\n    end: \"06:00\"\n" + group, []string{`rolloutWindows[0].days[1]: "Mnday" is not a weekday`, "(line 4)"}},
 		{"a missing container is reported at its target's line",
 			strings.Replace(group, ", container: app}", "}", 1), []string{"groups[0].images[0].targets[0].container: missing (line 8)"}},
 	}

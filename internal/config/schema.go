@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -19,9 +21,16 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"maxReadFailures":    d.integer(&c.MaxReadFailures),
 		"maxDigestChanges":   d.integer(&c.MaxDigestChanges),
 		"digestChangeWindow": d.duration(&c.DigestChangeWindow),
+		"minDigestAge":       d.duration(&c.MinDigestAge),
 		"firstInstall":       d.str((*string)(&c.FirstInstall)),
 		"pinFormat":          d.str((*string)(&c.PinFormat)),
 		"failOnRunningStale": d.boolean(&c.FailOnRunningStale),
+		"rolloutWindows": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, n *yaml.Node) {
+				c.RolloutWindows = append(c.RolloutWindows, RolloutWindow{})
+				d.window(path, n, &c.RolloutWindows[len(c.RolloutWindows)-1])
+			})
+		},
 		"registries": func(path string, n *yaml.Node) {
 			d.sequence(path, n, func(path string, n *yaml.Node) {
 				c.Registries = append(c.Registries, Registry{})
@@ -34,6 +43,29 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				d.group(path, n, &c.Groups[len(c.Groups)-1])
 			})
 		},
+	})
+}
+
+func (d *decoder) window(path string, n *yaml.Node, w *RolloutWindow) {
+	d.mapping(path, n, map[string]fieldFunc{
+		"days": func(path string, n *yaml.Node) {
+			if !d.usable(path, n) || isNull(n) {
+				return
+			}
+			if n.Kind != yaml.SequenceNode {
+				d.fail(path, n, "expected a list of weekdays, got %s", describe(n))
+				return
+			}
+			for i, item := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				d.lines[p] = item.Line
+				var day string
+				d.str(&day)(p, item)
+				w.Days = append(w.Days, day)
+			}
+		},
+		"start": d.str(&w.Start),
+		"end":   d.str(&w.End),
 	})
 }
 

@@ -60,6 +60,12 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 	if c.DigestChangeWindow < 0 {
 		v.errorf("digestChangeWindow", "must not be negative, got %s (0 turns the bound off)", c.DigestChangeWindow)
 	}
+	if c.MinDigestAge < 0 {
+		v.errorf("minDigestAge", "must not be negative, got %s (0 rolls a new digest at once)", c.MinDigestAge)
+	}
+	for i, w := range c.RolloutWindows {
+		v.window(fmt.Sprintf("rolloutWindows[%d]", i), w)
+	}
 	v.oneOf("firstInstall", string(c.FirstInstall),
 		string(FirstInstallPinNextTick), string(FirstInstallOnlyAfterEverPinned))
 	v.oneOf("pinFormat", string(c.PinFormat),

@@ -41,6 +41,22 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 			func(c *Config) { c.MaxDigestChanges = 0 }, []string{"maxDigestChanges: must be at least 1"}},
 		{"a negative digest change window is rejected",
 			func(c *Config) { c.DigestChangeWindow = -time.Minute }, []string{"digestChangeWindow: must not be negative", "0 turns the bound off"}},
+		{"R22: a negative minDigestAge is rejected",
+			func(c *Config) { c.MinDigestAge = -time.Minute }, []string{"minDigestAge: must not be negative", "0 rolls a new digest at once"}},
+		{"R24: a rollout window with an unknown weekday is rejected naming the field",
+			func(c *Config) {
+				c.RolloutWindows = []RolloutWindow{{Days: []string{"Mon", "Funday"}, Start: "22:00", End: "06:00"}}
+			}, []string{"rolloutWindows[0].days[1]: \"Funday\" is not a weekday"}},
+		{"R24: a rollout window with a bad time is rejected naming the field",
+			func(c *Config) {
+				c.RolloutWindows = []RolloutWindow{{Days: []string{"Mon"}, Start: "22:00", End: "6pm"}}
+			}, []string{"rolloutWindows[0].end: invalid time \"6pm\""}},
+		{"R24: an empty rollout window is rejected",
+			func(c *Config) {
+				c.RolloutWindows = []RolloutWindow{{Days: []string{"Mon"}, Start: "10:00", End: "10:00"}}
+			}, []string{"rolloutWindows[0].end: equals start"}},
+		{"R24: a rollout window without days is rejected",
+			func(c *Config) { c.RolloutWindows = []RolloutWindow{{Start: "10:00", End: "12:00"}} }, []string{"rolloutWindows[0].days: at least one weekday"}},
 		{"an unknown firstInstall is rejected with the allowed values",
 			func(c *Config) { c.FirstInstall = "always" }, []string{"firstInstall:", "pin-next-tick, only-after-ever-pinned"}},
 		{"an unknown pinFormat is rejected with the allowed values",

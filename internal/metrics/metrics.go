@@ -24,9 +24,11 @@ type Metrics struct {
 	Passes           *prometheus.CounterVec
 	RevertRepin      prometheus.Histogram
 	Fights           *prometheus.CounterVec
-	AdmissionPins    *prometheus.CounterVec
-	AdmissionErrors  prometheus.Counter
-	RateLimit        RateLimit
+	// RearmedByNewDigest counts lockouts a new digest re-armed (R23).
+	RearmedByNewDigest *prometheus.CounterVec
+	AdmissionPins      *prometheus.CounterVec
+	AdmissionErrors    prometheus.Counter
+	RateLimit          RateLimit
 }
 
 // New registers every metric on a fresh registry (one-shot ticks).
@@ -86,6 +88,10 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		Name: "image_refresh_rewrite_fights_total",
 		Help: "Targets left alone because another writer rewrote them right after each re-pin (C5).",
 	}, []string{"group", "image", "writer"})
+	m.RearmedByNewDigest = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "image_refresh_rearmed_by_new_digest_total",
+		Help: "Lockouts re-armed by themselves because the registry published a digest they did not lock on (R23).",
+	}, []string{"group"})
 	m.AdmissionPins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "image_refresh_admission_pins_total",
 		Help: "Container images the admission webhook pinned to the recorded digest: reverts prevented before they were stored (B1).",
@@ -105,6 +111,7 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	m.Passes = register(reg, m.Passes)
 	m.RevertRepin = register(reg, m.RevertRepin)
 	m.Fights = register(reg, m.Fights)
+	m.RearmedByNewDigest = register(reg, m.RearmedByNewDigest)
 	m.AdmissionPins = register(reg, m.AdmissionPins)
 	m.AdmissionErrors = register(reg, m.AdmissionErrors)
 	m.RateLimit = newRateLimit(reg)

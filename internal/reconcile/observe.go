@@ -42,6 +42,8 @@ type Runner struct {
 	Log      *slog.Logger
 	// Instance names this process in the attempt holder (see InstanceName).
 	Instance string
+	// Now is the clock of the rollout policy (R21, R22); nil is time.Now.
+	Now func() time.Time
 	// OnRepin, if set, is called right after a workload's re-pin write
 	// landed (the controller measures revert → re-pin latency with it).
 	OnRepin func(group string, wc refresh.WorkloadChange)

@@ -64,6 +64,9 @@ type GroupOptions struct {
 func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts GroupOptions) *refresh.Plan {
 	settings := refresh.SettingsFrom(r.Config, r.ConfigPath)
 	settings.Instance = r.Instance
+	if r.Now != nil {
+		settings.Now = r.Now
+	}
 	settings.NoWait = opts.NoWait
 	settings.PinFormat = discovery.PinFormat(g.Name, settings.PinFormat)
 	decide := func() (Snapshot, *refresh.Plan) {
@@ -174,7 +177,7 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 		locked = 1
 	}
 	m.GroupLockedOut.WithLabelValues(p.Group).Set(locked)
-	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonRewriteFight, refresh.ReasonRunningStale} {
+	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonDigestQuarantined, refresh.ReasonRewriteFight, refresh.ReasonRunningStale} {
 		v := 0.0
 		for _, f := range p.Findings {
 			if (f.NeedsHuman || f.Event) && f.Reason == reason {
@@ -185,6 +188,11 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 	}
 	if p.NeedsHuman() {
 		m.ReconcileErrors.WithLabelValues(p.Group).Inc()
+	}
+	for _, f := range p.Findings {
+		if f.Reason == refresh.ReasonRearmedByNewDigest && !dryRun {
+			m.RearmedByNewDigest.WithLabelValues(p.Group).Inc()
+		}
 	}
 	for _, row := range p.Rows {
 		t := row.TargetRef()

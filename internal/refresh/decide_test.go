@@ -323,10 +323,11 @@ func TestDecide_R4_SettledGuard(t *testing.T) {
 		"settled while locked out still clears the skip streak": {
 			obs: steady(withLive(webAPI, pinned(dB)), withAnchor(ann(skip, "2", k.Attempt(), "3", k.Flap(), "3"))),
 			want: want{
-				clearSkip: kv{skip: deleted},
-				findings:  []string{lockoutFinding},
-				rows:      []string{"api web/api: locked-out", "mon agent/monitor: locked-out"},
-				lockedOut: true,
+				bookkeeping: kv{k.LockedOn("api"): "<B>", k.LockedOn("mon"): "<B>"},
+				clearSkip:   kv{skip: deleted},
+				findings:    []string{lockoutFinding},
+				rows:        []string{"api web/api: locked-out", "mon agent/monitor: locked-out"},
+				lockedOut:   true,
 			},
 		},
 	})
@@ -641,7 +642,7 @@ func TestDecide_R10_AttemptsAndLockout(t *testing.T) {
 	withFlap.attempt, withFlap.clear = 2, kv{k.Attempt(): deleted, k.Flap(): deleted}
 	locked := func(flap string) want {
 		return want{
-			bookkeeping: kv{k.Flap(): flap},
+			bookkeeping: kv{k.Flap(): flap, k.LockedOn("api"): "<B>"},
 			findings:    []string{lockoutFinding},
 			rows:        []string{"api web/api: locked-out"},
 			lockedOut:   true,
@@ -655,7 +656,7 @@ func TestDecide_R10_AttemptsAndLockout(t *testing.T) {
 				contains(t, "lockout remediation", findingWith(t, p, ReasonRefreshLockedOut).Remediation, rearm)
 			},
 			want: want{
-				bookkeeping: kv{k.Flap(): "3"},
+				bookkeeping: kv{k.Flap(): "3", k.LockedOn("api"): "<B>"},
 				findings:    []string{apiError, lockoutFinding},
 				rows:        []string{"api web/api: locked-out"},
 				lockedOut:   true,
@@ -700,9 +701,10 @@ func TestDecide_R10_AttemptsAndLockout(t *testing.T) {
 		"a flap marker that already holds the count is not rewritten": {
 			obs: reverted(ann(k.Attempt(), "3", k.Flap(), "3")),
 			want: want{
-				findings:  []string{lockoutFinding},
-				rows:      []string{"api web/api: locked-out"},
-				lockedOut: true,
+				bookkeeping: kv{k.LockedOn("api"): "<B>"},
+				findings:    []string{lockoutFinding},
+				rows:        []string{"api web/api: locked-out"},
+				lockedOut:   true,
 			},
 		},
 		"an attempt that is not a number counts as locked out, never as 0": invalid("x"),
@@ -774,7 +776,7 @@ func TestDecide_R11_UnfinishedAttemptIsWaitedFor(t *testing.T) {
 		"an attempt at max is locked out, not waited for": {
 			obs: onDigest("3"),
 			want: want{
-				bookkeeping: kv{k.Flap(): "3"},
+				bookkeeping: kv{k.Flap(): "3", k.LockedOn("api"): "<B>"},
 				findings:    []string{lockoutFinding},
 				rows:        []string{"api web/api: locked-out", "api agent/monitor: locked-out"},
 				lockedOut:   true,
@@ -802,25 +804,27 @@ func TestDecide_R12_LatchedIsLoud(t *testing.T) {
 		"locked out while every target is on its digest still says so": {
 			obs: latched(),
 			want: want{
-				findings:  []string{lockoutFinding},
-				rows:      []string{"api web/api: locked-out", "mon agent/monitor: locked-out"},
-				lockedOut: true,
+				bookkeeping: kv{k.LockedOn("api"): "<B>", k.LockedOn("mon"): "<B>"},
+				findings:    []string{lockoutFinding},
+				rows:        []string{"api web/api: locked-out", "mon agent/monitor: locked-out"},
+				lockedOut:   true,
 			},
 			also: loud,
 		},
 		"locked out while a rollout is not settled says locked out, not skipped": {
 			obs: latched(notSettled(agent, "rolling")),
 			want: want{
-				findings:  []string{lockoutFinding},
-				rows:      []string{"api web/api: locked-out", "mon agent/monitor: locked-out"},
-				lockedOut: true,
+				bookkeeping: kv{k.LockedOn("api"): "<B>", k.LockedOn("mon"): "<B>"},
+				findings:    []string{lockoutFinding},
+				rows:        []string{"api web/api: locked-out", "mon agent/monitor: locked-out"},
+				lockedOut:   true,
 			},
 			also: loud,
 		},
 		"locked out while a workload cannot be read still says locked out": {
 			obs: latched(readErr(agent, forbidden)),
 			want: want{
-				bookkeeping: kv{k.ReadFailures("mon"): "1"},
+				bookkeeping: kv{k.ReadFailures("mon"): "1", k.LockedOn("api"): "<B>", k.LockedOn("mon"): "<B>"},
 				findings:    []string{apiError, "mon: WARN - benign", lockoutFinding},
 				rows:        []string{"api web/api: locked-out", "mon agent/monitor: error"},
 				lockedOut:   true,
@@ -853,7 +857,7 @@ func TestDecide_R13_BookkeepingAlwaysLands(t *testing.T) {
 		"locked out: the first observation and the stale pin land, the digest record does not": {
 			obs: tick(withAnchor(ann(k.Attempt(), "3"))),
 			want: want{
-				bookkeeping: kv{k.Record("api"): "<B>", k.StalePin("pin"): "<B>", k.Flap(): "3"},
+				bookkeeping: kv{k.Record("api"): "<B>", k.StalePin("pin"): "<B>", k.Flap(): "3", k.LockedOn("mon"): "<B>"},
 				findings:    []string{"api: INFO - benign", "pin: WARN StalePin needs-human", lockoutFinding},
 				rows:        []string{"api web/api: first-observed", "pin web/proxy: stale-pin", "mon agent/monitor: locked-out"},
 				lockedOut:   true,
@@ -863,7 +867,7 @@ func TestDecide_R13_BookkeepingAlwaysLands(t *testing.T) {
 		"locked out: a digest change whose targets already run it is not recorded": {
 			obs: tick(withAnchor(ann(k.Attempt(), "3")), withLive(agentMon, monRepo+"@"+dB)),
 			want: want{
-				bookkeeping: kv{k.Record("api"): "<B>", k.StalePin("pin"): "<B>", k.Flap(): "3"},
+				bookkeeping: kv{k.Record("api"): "<B>", k.StalePin("pin"): "<B>", k.Flap(): "3", k.LockedOn("mon"): "<B>"},
 				findings:    []string{"api: INFO - benign", "pin: WARN StalePin needs-human", lockoutFinding},
 				rows:        []string{"api web/api: first-observed", "pin web/proxy: stale-pin", "mon agent/monitor: locked-out"},
 				lockedOut:   true,

@@ -29,7 +29,7 @@ func ago(minutes ...int) string {
 	return state.FormatTimes(ts)
 }
 
-func TestDecide_R6_R15_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
+func TestDecide_R21_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 	g := group(withImage("api", on(webAPI, agentMon)))
 	moved := func(changes *string, opts ...obsOpt) Observation {
 		a := pinnedBefore("api", dA)
@@ -51,7 +51,7 @@ func TestDecide_R6_R15_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 			record: kv{k.Record("api"): "<B>", k.DigestChanges("api"): changes},
 		}
 	}
-	heldRows := []string{"api web/api: held", "api agent/monitor: held"}
+	heldRows := []string{"api web/api: tag-flapping", "api agent/monitor: tag-flapping"}
 	run(t, map[string]decideCase{
 		"the first move is rolled and its time recorded with the digest": {
 			settings: []settingsOpt{budget(3, time.Hour)},
@@ -86,7 +86,7 @@ func TestDecide_R6_R15_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 			settings: []settingsOpt{budget(3, time.Hour)},
 			obs:      moved(ptr(ago(50, 20, 5)), withLive(webAPI, onTag), withLive(agentMon, pinned(dA))),
 			want: want{
-				rows:     []string{"api web/api: drifted", "api agent/monitor: held"},
+				rows:     []string{"api web/api: drifted", "api agent/monitor: tag-flapping"},
 				findings: []string{"api: WARN TagFlapping needs-human"},
 				repin: &wantRepin{
 					attempt: 1, attemptSet: kv{k.Attempt(): "1"},

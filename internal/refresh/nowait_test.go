@@ -104,14 +104,14 @@ func TestDecide_C6_AWorkerNeverWaitsForARollout(t *testing.T) {
 		"the last attempt past its deadline locks the group out, with the ERROR told once": {
 			settings: []settingsOpt{asInstance("me"), noWait},
 			obs:      rolled("3", rolloutTimeout+time.Second, rolling),
-			want: want{lockedOut: true, bookkeeping: kv{k.Flap(): "3"},
+			want: want{lockedOut: true, bookkeeping: kv{k.Flap(): "3", k.LockedOn("api"): "<B>"},
 				findings: []string{"group: ERROR RefreshError needs-human", "group: WARN RefreshLockedOut needs-human"},
 				rows:     []string{"api web/api: locked-out", "api agent/monitor: locked-out"}},
 		},
 		"a locked group whose marker says it was told gets no second ERROR": {
 			settings: []settingsOpt{asInstance("me"), noWait},
 			obs:      rolled("3", rolloutTimeout+time.Hour, rolling, withAnchor(ann(k.Flap(), "3"))),
-			want: want{lockedOut: true, findings: []string{"group: WARN RefreshLockedOut needs-human"},
+			want: want{lockedOut: true, bookkeeping: kv{k.LockedOn("api"): "<B>"}, findings: []string{"group: WARN RefreshLockedOut needs-human"},
 				rows: []string{"api web/api: locked-out", "api agent/monitor: locked-out"}},
 		},
 		"another instance's attempt rolling within its deadline is left to it without a WARN": {

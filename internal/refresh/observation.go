@@ -25,7 +25,13 @@ type Settings struct {
 	// (0: unbounded) before a flapping tag is held on its recorded digest.
 	MaxDigestChanges   int
 	DigestChangeWindow time.Duration
-	// Now is the clock the digest-change budget is counted on.
+	// MinDigestAge holds a new digest until it was first seen that long
+	// ago (R22); 0 rolls it at once.
+	MinDigestAge time.Duration
+	// RolloutWindows limit when a digest change may start rolling out
+	// (R24); none: any time.
+	RolloutWindows []config.RolloutWindow
+	// Now is the clock the rollout policy (R21, R22, R24) is counted on.
 	Now func() time.Time
 	// RearmCommand renders the command that re-arms a group (R18); every
 	// lockout message names it.
@@ -70,6 +76,8 @@ func SettingsFrom(cfg *config.Config, configPath string) Settings {
 		PinFormat:          cfg.PinFormat,
 		MaxDigestChanges:   cfg.MaxDigestChanges,
 		DigestChangeWindow: cfg.DigestChangeWindow,
+		MinDigestAge:       cfg.MinDigestAge,
+		RolloutWindows:     cfg.RolloutWindows,
 		Now:                time.Now,
 		HolderTTL:          cfg.EffectiveTickTimeout() + holderSlack,
 		RolloutTimeout:     cfg.RolloutTimeout,

@@ -138,15 +138,17 @@ const (
 
 // Event reasons (Kubernetes Events on the anchor).
 const (
-	ReasonRepinned         = "Repinned"
-	ReasonDigestChanged    = "DigestChanged"
-	ReasonRefreshLockedOut = "RefreshLockedOut"
-	ReasonRefreshFrozen    = "RefreshFrozen"
-	ReasonStalePin         = "StalePin"
-	ReasonRefreshError     = "RefreshError"
-	ReasonRewriteFight     = "ImageRewriteFight"
-	ReasonTagFlapping      = "TagFlapping"
-	ReasonRunningStale     = "RunningStale"
+	ReasonRepinned           = "Repinned"
+	ReasonDigestChanged      = "DigestChanged"
+	ReasonRefreshLockedOut   = "RefreshLockedOut"
+	ReasonRefreshFrozen      = "RefreshFrozen"
+	ReasonStalePin           = "StalePin"
+	ReasonRefreshError       = "RefreshError"
+	ReasonRewriteFight       = "ImageRewriteFight"
+	ReasonTagFlapping        = "TagFlapping"
+	ReasonDigestQuarantined  = "DigestQuarantined"
+	ReasonRearmedByNewDigest = "RearmedByNewDigest"
+	ReasonRunningStale       = "RunningStale"
 )
 
 // Finding is one thing the operator is told. Non-benign findings
@@ -178,7 +180,10 @@ const (
 	StateNotSettled    State = "not-settled"
 	StateStalePin      State = "stale-pin"
 	StateInert         State = "inert"
-	StateHeld          State = "held"
+	StateTagFlapping   State = "tag-flapping"  // R21
+	StateQuarantined   State = "quarantined"   // R23
+	StateWaiting       State = "waiting"       // R22
+	StateWindowClosed  State = "window-closed" // R24
 	StateUnreadable    State = "unreadable"
 	StateError         State = "error"
 	StateRunningStale  State = "running-stale"

@@ -55,12 +55,24 @@ func (k Keys) ResolveFailures(image string) string { return k.key("resolve-failu
 // budget that bounds a tag flapping between digests (see refresh).
 func (k Keys) DigestChanges(image string) string { return k.key("digest-changes-" + image) }
 
+// FirstSeen holds the digest the registry answered for image that is not
+// its record yet, and when image-refresh first saw it: "<digest> <RFC 3339
+// time>". minDigestAge counts from that time (R22), so a restart does not
+// reset it.
+func (k Keys) FirstSeen(image string) string { return k.key("first-seen-" + image) }
+
+// LockedOn lists the digests of image that lockouts of its group locked on
+// (R23), comma-separated, newest last, at most MaxLockedOn: such a digest
+// is quarantined (never tried again unless re-armed by hand), and any
+// other digest re-arms the locked group once by itself.
+func (k Keys) LockedOn(image string) string { return k.key("locked-on-" + image) }
+
 // ImageKeyNames lists the name parts (after "prefix/") of every per-image
 // key, so that config validation can check they are legal annotation keys.
 func ImageKeyNames(image string) []string {
 	k := Keys{}
 	var names []string
-	for _, full := range []string{k.Record(image), k.StalePin(image), k.EverPinned(image), k.ReadFailures(image), k.ResolveFailures(image), k.DigestChanges(image)} {
+	for _, full := range []string{k.Record(image), k.StalePin(image), k.EverPinned(image), k.ReadFailures(image), k.ResolveFailures(image), k.DigestChanges(image), k.FirstSeen(image), k.LockedOn(image)} {
 		names = append(names, strings.TrimPrefix(full, "/"))
 	}
 	return names
@@ -118,6 +130,51 @@ func FormatTimes(ts []time.Time) string {
 		parts[i] = t.UTC().Format(time.RFC3339)
 	}
 	return strings.Join(parts, ",")
+}
+
+// MaxLockedOn bounds the digests a LockedOn value keeps (the newest).
+const MaxLockedOn = 10
+
+// ParseDigests reads a LockedOn value. Absent is none. A value that is not
+// a comma-separated list of at most MaxLockedOn non-empty entries is an
+// error; each entry is checked as a digest by the caller.
+func ParseDigests(value string, present bool) ([]string, error) {
+	if !present {
+		return nil, nil
+	}
+	parts := strings.Split(value, ",")
+	if len(parts) > MaxLockedOn {
+		return nil, fmt.Errorf("invalid list of digests: %d entries (at most %d)", len(parts), MaxLockedOn)
+	}
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+		if parts[i] == "" {
+			return nil, fmt.Errorf("invalid list of digests %q: empty entry", value)
+		}
+	}
+	return parts, nil
+}
+
+// FirstSeenValue is a parsed FirstSeen value.
+type FirstSeenValue struct {
+	Digest string
+	At     time.Time
+}
+
+// String renders the annotation value.
+func (f FirstSeenValue) String() string { return f.Digest + " " + f.At.UTC().Format(time.RFC3339) }
+
+// ParseFirstSeen reads a FirstSeen value: "<digest> <RFC 3339 time>".
+func ParseFirstSeen(value string) (FirstSeenValue, error) {
+	d, at, ok := strings.Cut(strings.TrimSpace(value), " ")
+	if !ok || d == "" {
+		return FirstSeenValue{}, fmt.Errorf("invalid first-seen value %q (want \"<digest> <RFC 3339 time>\")", value)
+	}
+	t, err := parseTime(strings.TrimSpace(at))
+	if err != nil {
+		return FirstSeenValue{}, fmt.Errorf("invalid first-seen value %q: %q is not an RFC 3339 time", value, at)
+	}
+	return FirstSeenValue{Digest: d, At: t}, nil
 }
 
 // Holder is a parsed refresh-attempt-holder value.

@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/image-refresh/image-refresh/internal/testenv"
+)
+
+// The rollout policy of SPEC R22 and R23 through `tick` on the local
+// cluster and registry; R21's is flap_test.go.
+
+// R23: a DaemonSet rollout that cannot finish (a node's agent died) locks
+// the group out on digest B. The registry publishes C: the next tick
+// re-arms the group by itself (RearmedByNewDigest Event and metric) and,
+// the node back, rolls C. The tag pushed back to B: B is quarantined, not
+// tried (exit 1, status row quarantined naming B, DigestQuarantined Event).
+func TestTick_R23_ANewDigestRearmsALockoutAndTheLockedOnDigestIsQuarantined(t *testing.T) {
+	e := newEnv(t)
+	a := e.push("agent", "prod")
+	testenv.Deployment(t, e.c.Client, e.ns, "anchor", testenv.WithContainer("app", "registry.invalid/not-managed:1"))
+	testenv.DaemonSet(t, e.c.Client, e.ns, "agent", testenv.WithTolerateAll(), testenv.WithContainer("agent", e.repo("agent")+":prod"))
+	e.settle("Deployment", "anchor")
+	e.settle("DaemonSet", "agent")
+	cfg := e.config(`rolloutTimeout: 2s
+maxRefreshAttempts: 2
+groups:
+  - name: agents
+    anchor: {kind: Deployment, namespace: {{ns}}, name: anchor}
+    images:
+      - name: agent
+        repository: {{reg}}/acme/agent
+        tag: prod
+        targets:
+          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: agent}
+`)
+	for range 2 { // first observation, then the pin
+		if code, _ := e.tick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d", code)
+		}
+	}
+	pin := func(d string) string { return e.repo("agent") + ":prod@" + d }
+	dsImage := func() string { return e.daemonSet("agent").Spec.Template.Spec.Containers[0].Image }
+	if got := dsImage(); got != pin(a) {
+		t.Fatalf("setup: agent on %s, want %s", got, pin(a))
+	}
+	lockedOnKey := e.key("locked-on-agent")
+
+	// node-2's agent dies: the pod a re-image sends it never runs.
+	if err := e.c.StopNodeAgent("node-2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.NodeUp(context.Background(), "node-2") })
+	b := e.push("agent", "prod")
+	for i := range 2 {
+		if code, _ := e.tick(cfg); code != 1 {
+			t.Fatalf("tick %d with a rollout that cannot finish: exit %d, want 1", i+1, code)
+		}
+	}
+	code, logs := e.tick(cfg)
+	if code != 1 || len(logLines(logs, "WARN", "LOCKED OUT", "publishes a digest it did not lock on")) != 1 {
+		t.Fatalf("locked-out tick: exit %d, want 1 with LOCKED OUT naming R23's way out:\n%s", code, logs)
+	}
+	if got := e.annotations("anchor")[lockedOnKey]; got != b {
+		t.Fatalf("%s = %q after the lockout, want the digest it locked on %s", lockedOnKey, got, b)
+	}
+	// Negative check: still locked on b, another tick stays locked.
+	if code, logs := e.tick(cfg); code != 1 || !strings.Contains(logs, "LOCKED OUT") || strings.Contains(logs, "RearmedByNewDigest") {
+		t.Fatalf("tick while the registry still serves the locked-on digest: exit %d, want 1, locked out, not re-armed:\n%s", code, logs)
+	}
+
+	// The registry publishes c; the node comes back.
+	c := e.push("agent", "prod")
+	if err := e.c.NodeUp(context.Background(), "node-2"); err != nil {
+		t.Fatal(err)
+	}
+	e.settle("DaemonSet", "agent")
+	metricsFile := filepath.Join(t.TempDir(), "metrics.prom")
+	code, logs = e.tick(cfg, "--metrics-file", metricsFile)
+	if code != 0 {
+		t.Fatalf("tick after a new digest: exit %d, want 0 (re-armed by itself, rolled):\n%s", code, logs)
+	}
+	if len(logLines(logs, "WARN", "re-armed once by itself", c)) != 1 {
+		t.Errorf("no WARN saying the group re-armed by itself for %s:\n%s", c, logs)
+	}
+	if got := dsImage(); got != pin(c) {
+		t.Errorf("after the re-arm agent on %s, want %s", got, pin(c))
+	}
+	an := e.annotations("anchor")
+	if an[e.key("last-refreshed-agent-digest")] != c || an[e.key("refresh-attempt")] != "" || an[e.key("refresh-flap-detected")] != "" || an[lockedOnKey] != b {
+		t.Errorf("after the re-arm: record %q attempt %q flap %q locked-on %q, want %s, none, none, %s",
+			an[e.key("last-refreshed-agent-digest")], an[e.key("refresh-attempt")], an[e.key("refresh-flap-detected")], an[lockedOnKey], c, b)
+	}
+	if !hasEvent(e.events("anchor"), "RearmedByNewDigest", c) {
+		t.Errorf("no RearmedByNewDigest Event naming %s on the anchor: %q", c, e.events("anchor"))
+	}
+	if m, err := os.ReadFile(metricsFile); err != nil || !strings.Contains(string(m), `image_refresh_rearmed_by_new_digest_total{group="agents"} 1`) {
+		t.Errorf("metrics file lacks the re-arm count (%v):\n%s", err, m)
+	}
+
+	// The tag back on b: quarantined, not tried.
+	e.reg.MustTag(t, "acme/agent", "prod", b)
+	gen := e.daemonSet("agent").Generation
+	code, logs = e.tick(cfg)
+	if code != 1 || len(logLines(logs, "WARN", "quarantined", b, "rearm --config")) != 1 {
+		t.Errorf("tick with the tag on the quarantined digest: exit %d, want 1 with a WARN naming it and rearm:\n%s", code, logs)
+	}
+	if got, g := dsImage(), e.daemonSet("agent").Generation; got != pin(c) || g != gen {
+		t.Errorf("the quarantined digest was tried: agent on %s (generation %d -> %d), want %s untouched", got, gen, g, pin(c))
+	}
+	if r := row(e.status(cfg), "agent", "agent"); r["state"] != "quarantined" || r["latest"] != b || !strings.Contains(r["message"].(string), b) {
+		t.Errorf("status row = %v, want state quarantined naming %s", r, b)
+	}
+	if !hasEvent(e.events("anchor"), "DigestQuarantined", b) {
+		t.Errorf("no DigestQuarantined Event naming %s: %q", b, e.events("anchor"))
+	}
+	// rearm takes it out of quarantine: the next tick tries b.
+	if code, out, errOut := e.run("rearm", "--config", cfg, "--kubeconfig", e.kubeconfig, "--group", "agents"); code != 0 || !strings.Contains(out, lockedOnKey) {
+		t.Fatalf("rearm exit %d, want 0 naming %s:\n%s%s", code, lockedOnKey, out, errOut)
+	}
+	if code, _ := e.tick(cfg); code != 0 || dsImage() != pin(b) {
+		t.Errorf("tick after rearm: exit %d, agent on %s, want 0 and %s", code, dsImage(), pin(b))
+	}
+}
+
+// R22: with minDigestAge 10m a new digest waits (status "waiting" with the
+// time left, nothing written to the targets) and rolls once the injected
+// clock has moved 10 minutes past its first sighting.
+func TestTick_R22_ANewDigestWaitsForMinDigestAgeThenRolls(t *testing.T) {
+	e := newEnv(t)
+	e.clock = &testClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	a := e.seed()
+	cfg := e.config("minDigestAge: 10m\n" + seedShape)
+	for range 2 {
+		if code, _ := e.tick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d", code)
+		}
+	}
+	pinA := e.repo("api") + ":prod@" + a
+	b := e.push("api", "prod")
+	pinB := e.repo("api") + ":prod@" + b
+	proxy := e.watchDeployment("requests-proxy")
+
+	for i, left := range []string{"in 10m0s", "in 5m0s", "in 1s"} {
+		code, logs := e.tick(cfg)
+		if code != 0 {
+			t.Fatalf("tick %d while waiting: exit %d, want 0", i+1, code)
+		}
+		// The tick ran: it keeps the first sighting on the anchor.
+		if got := e.annotations("jobs-manager")[e.key("first-seen-api")]; got != b+" 2026-12-02T12:00:00Z" {
+			t.Fatalf("tick %d: first-seen %q, want %s at 12:00", i+1, got, b)
+		}
+		if len(logLines(logs, "INFO", "waiting", left)) != 1 {
+			t.Errorf("tick %d: no INFO saying it waits %s:\n%s", i+1, left, logs)
+		}
+		if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "waiting" || !strings.Contains(r["message"].(string), left) {
+			t.Errorf("tick %d: status row %v, want waiting %s", i+1, r, left)
+		}
+		if got := e.image("requests-proxy", "proxy"); got != pinA {
+			t.Fatalf("tick %d: requests-proxy on %s while waiting, want %s", i+1, got, pinA)
+		}
+		e.clock.Add([]time.Duration{5 * time.Minute, 5*time.Minute - time.Second, time.Second}[i])
+	}
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 0 {
+		t.Fatalf("requests-proxy moved %d times while waiting, want 0: %v", moves, seen)
+	}
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick at minDigestAge: exit %d, want 0", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinB {
+		t.Errorf("at minDigestAge requests-proxy on %s, want %s", got, pinB)
+	}
+	if an := e.annotations("jobs-manager"); an[e.key("last-refreshed-api-digest")] != b || an[e.key("first-seen-api")] != "" {
+		t.Errorf("after the roll: record %q first-seen %q, want %s and none", an[e.key("last-refreshed-api-digest")], an[e.key("first-seen-api")], b)
+	}
+	if moves, _ := imageMoves(proxy.take(), "proxy", pinA); moves != 1 {
+		t.Errorf("requests-proxy moved %d times, want 1", moves)
+	}
+}
+
+// R24: outside every rolloutWindows window a digest change waits (status
+// "window-closed" naming the next opening, exit 0), a helm revert is still
+// re-pinned to the recorded digest, and the first tick inside the window
+// (the injected clock moved there) rolls the new digest.
+func TestTick_R24_AClosedWindowHoldsADigestChangeButNotARevert(t *testing.T) {
+	e := newEnv(t)
+	e.clock = &testClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)} // a Wednesday
+	a := e.seed()
+	cfg := e.config("rolloutWindows:\n  - days: [Wed]\n    start: \"22:00\"\n    end: \"23:00\"\n" + seedShape)
+	for range 2 { // first observation, then the first pin: not a digest change
+		if code, _ := e.tick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d", code)
+		}
+	}
+	pinA := e.repo("api") + ":prod@" + a
+	if got := e.image("requests-proxy", "proxy"); got != pinA {
+		t.Fatalf("setup: requests-proxy on %s, want %s", got, pinA)
+	}
+	b := e.push("api", "prod")
+	pinB := e.repo("api") + ":prod@" + b
+	proxy := e.watchDeployment("requests-proxy")
+
+	code, logs := e.tick(cfg)
+	if code != 0 || len(logLines(logs, "INFO", "outside rolloutWindows", "opening 2026-12-02T22:00:00Z")) != 1 {
+		t.Fatalf("tick outside the window: exit %d, want 0 with an INFO naming the next opening:\n%s", code, logs)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinA {
+		t.Errorf("outside the window requests-proxy on %s, want %s", got, pinA)
+	}
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "window-closed" || r["latest"] != b {
+		t.Errorf("status row %v, want window-closed with latest %s", r, b)
+	}
+
+	// A revert outside the window is re-pinned to the recorded digest.
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick after a revert outside the window: exit %d, want 0", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinA {
+		t.Errorf("the revert outside the window left requests-proxy on %s, want %s", got, pinA)
+	}
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 2 {
+		t.Errorf("requests-proxy moved %d times outside the window, want 2 (the revert and its re-pin): %v", moves, seen)
+	}
+
+	// The window opens: the digest change rolls.
+	e.clock.Add(10 * time.Hour)
+	if code, _ := e.tick(cfg); code != 0 {
+		t.Fatalf("tick inside the window: exit %d, want 0", code)
+	}
+	if got := e.image("requests-proxy", "proxy"); got != pinB {
+		t.Errorf("inside the window requests-proxy on %s, want %s", got, pinB)
+	}
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "pinned" {
+		t.Errorf("status row inside the window %v, want pinned", r)
+	}
+}
