@@ -428,7 +428,16 @@ func TestChart_MonitoringObjects(t *testing.T) {
 	if svc == nil {
 		t.Fatal("no metrics Service rendered")
 	}
-	pod := checkDeployment(t, m, modes["controller with the monitoring glue adds a metrics Service, ServiceMonitor, PrometheusRule and dashboard"])
+	var md mode
+	for _, each := range modes {
+		if each.values == "monitoring" {
+			md = each
+		}
+	}
+	if md.values == "" {
+		t.Fatal("no mode of render_test.go renders ci/monitoring-values.yaml")
+	}
+	pod := checkDeployment(t, m, md)
 	d := one[*appsv1.Deployment](t, m)
 	for k, v := range svc.Spec.Selector {
 		if d.Spec.Template.Labels[k] != v {
