@@ -284,33 +284,41 @@ func want(r rule, labels map[string]string, value string) expAlert {
 // (_bucket, _sum, _count) are included.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	m := metrics.New()
 	out := map[string]bool{}
-	v := reflect.ValueOf(m).Elem()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for i := range v.NumField() {
-		if !v.Type().Field(i).IsExported() {
-			continue
-		}
-		c, ok := v.Field(i).Interface().(prometheus.Collector)
-		if !ok || v.Field(i).IsNil() {
-			continue
-		}
-		ch := make(chan *prometheus.Desc, 4)
-		go func() { c.Describe(ch); close(ch) }()
-		for d := range ch {
-			name := fqName.FindStringSubmatch(d.String())
-			if name == nil {
-				t.Fatalf("no fqName in %s", d)
+	// Every exported collector field, also in nested structs (RateLimit).
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		for i := range v.NumField() {
+			f := v.Field(i)
+			if !v.Type().Field(i).IsExported() {
+				continue
 			}
-			out[name[1]] = true
-			if _, hist := c.(prometheus.Histogram); hist {
-				for _, s := range []string{"_bucket", "_sum", "_count"} {
-					out[name[1]+s] = true
+			if f.Kind() == reflect.Struct {
+				walk(f)
+				continue
+			}
+			c, ok := f.Interface().(prometheus.Collector)
+			if !ok || f.IsNil() {
+				continue
+			}
+			ch := make(chan *prometheus.Desc, 4)
+			go func() { c.Describe(ch); close(ch) }()
+			for d := range ch {
+				name := fqName.FindStringSubmatch(d.String())
+				if name == nil {
+					t.Fatalf("no fqName in %s", d)
+				}
+				out[name[1]] = true
+				if _, hist := c.(prometheus.Histogram); hist {
+					for _, s := range []string{"_bucket", "_sum", "_count"} {
+						out[name[1]+s] = true
+					}
 				}
 			}
 		}
 	}
+	walk(reflect.ValueOf(metrics.New()).Elem())
 	if len(out) < 10 {
 		t.Fatalf("only %d metric names found in internal/metrics: %v", len(out), out)
 	}
