@@ -57,7 +57,6 @@ func imagesChanged(oldObj, newObj client.Object) bool {
 //   - a state annotation removed (a rearm, R18),
 //   - creation and deletion.
 func (c *Controller) interesting(e event.UpdateEvent) bool {
-	c.Runner.Workloads.Saw(e.ObjectNew)
 	switch {
 	case imagesChanged(e.ObjectOld, e.ObjectNew):
 		c.observedRevert(e.ObjectOld, e.ObjectNew)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -32,8 +33,8 @@ func (c *Client) SetCache(r client.Reader) { c.cache = r }
 
 // Cached reads a workload from the cache when one is set, else as Get.
 // Right after this client's own write to it, while the cache does not show
-// that write yet, it reads directly, so that a pass never decides on the
-// object from before its own write.
+// that write (or a later version) yet, it reads directly, so that a pass
+// never decides on the object from before its own write.
 func (c *Client) Cached(ctx context.Context, ref Ref) (*Object, error) {
 	if err := ref.validate(); err != nil {
 		return nil, err
@@ -47,7 +48,7 @@ func (c *Client) Cached(ctx context.Context, ref Ref) (*Object, error) {
 	}
 	c.mu.Lock()
 	w, wrote := c.written[ref]
-	if wrote && (obj.ResourceVersion == w.resourceVersion || time.Since(w.at) > ownWriteFresh) {
+	if wrote && (atLeast(obj.ResourceVersion, w.resourceVersion) || time.Since(w.at) > ownWriteFresh) {
 		delete(c.written, ref)
 		wrote = false
 	}
@@ -58,6 +59,19 @@ func (c *Client) Cached(ctx context.Context, ref Ref) (*Object, error) {
 	return obj, nil
 }
 
+// atLeast reports whether the cache's object is the own write or a later
+// version of it. Resource versions of one resource compare as integers
+// (KEP-5504, apimachinery's CompareResourceVersion), so a cache that moved
+// past the write (a rollout's status update after it) is trusted too; a
+// version that does not parse counts only when it is equal.
+func atLeast(cached, written string) bool {
+	if cached == written {
+		return true
+	}
+	cmp, err := resourceversion.CompareResourceVersion(cached, written)
+	return err == nil && cmp >= 0
+}
+
 func (c *Client) readCache(ctx context.Context, ref Ref) (*Object, error) {
 	k, _ := LookupKind(ref.Kind)
 	obj := k.New()
@@ -65,26 +79,6 @@ func (c *Client) readCache(ctx context.Context, ref Ref) (*Object, error) {
 		return nil, err
 	}
 	return FromObject(obj), nil
-}
-
-// Saw tells the client that the cache now holds the object a watch event
-// delivered: the informer updates its store before it hands the event on,
-// so once the event of this client's own write arrived, every later cache
-// read shows that write or a newer one, and Cached stops reading directly
-// (a rollout's status updates would otherwise move the cache past the
-// write's exact resourceVersion and keep it distrusted until
-// ownWriteFresh).
-func (c *Client) Saw(obj client.Object) {
-	k, ok := KindOf(obj)
-	if !ok || c.cache == nil {
-		return
-	}
-	ref := Ref{Kind: k.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w, ok := c.written[ref]; ok && w.resourceVersion == obj.GetResourceVersion() {
-		delete(c.written, ref)
-	}
 }
 
 // wrote remembers the object a write of this client stored (Cached).
