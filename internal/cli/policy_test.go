@@ -2,11 +2,17 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/image-refresh/image-refresh/internal/testenv"
 )
@@ -237,5 +243,112 @@ func TestTick_R24_AClosedWindowHoldsADigestChangeButNotARevert(t *testing.T) {
 	}
 	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "pinned" {
 		t.Errorf("status row inside the window %v, want pinned", r)
+	}
+}
+
+// rolloutTimes watches Deployments and notes, per name, when its image
+// first changed to one ending in suffix and when it then first read
+// settled on it (all replicas updated and available, generation observed).
+type rolloutTimes struct {
+	mu              sync.Mutex
+	wrote, finished map[string]time.Time
+}
+
+func (e *env) watchRollouts(suffix string, names ...string) *rolloutTimes {
+	e.t.Helper()
+	rt := &rolloutTimes{wrote: map[string]time.Time{}, finished: map[string]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	w, err := e.c.Client.AppsV1().Deployments(e.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			d, ok := ev.Object.(*appsv1.Deployment)
+			if !ok || !want[d.Name] || !strings.HasSuffix(d.Spec.Template.Spec.Containers[0].Image, suffix) {
+				continue
+			}
+			now := time.Now()
+			rt.mu.Lock()
+			if _, ok := rt.wrote[d.Name]; !ok {
+				rt.wrote[d.Name] = now
+			}
+			s := d.Status
+			if _, ok := rt.finished[d.Name]; !ok && s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == *d.Spec.Replicas &&
+				s.AvailableReplicas == *d.Spec.Replicas && s.Replicas == *d.Spec.Replicas {
+				rt.finished[d.Name] = now
+			}
+			rt.mu.Unlock()
+		}
+	}()
+	return rt
+}
+
+// R24: maxConcurrentRollouts 1 in `run`, three groups whose images change
+// at once (one push): they roll out one after the other (each image write
+// comes after the previous group's rollout finished), and each waiting
+// group says queued meanwhile.
+func TestRun_R24_MaxConcurrentRolloutsRollsGroupsOneAfterTheOther(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	names := []string{"d1", "d2", "d3"}
+	var groups strings.Builder
+	for _, n := range names {
+		// minReadySeconds: each rollout lasts 2 s, long enough to overlap
+		// if nothing held the others back.
+		testenv.Deployment(t, e.c.Client, e.ns, n, testenv.WithContainer("app", tag), testenv.WithReplicas(1), testenv.WithMinReadySeconds(2))
+		e.settle("Deployment", n)
+		fmt.Fprintf(&groups, `  - name: g-%s
+    anchor: {kind: Deployment, namespace: {{ns}}, name: %s}
+    images:
+      - name: api
+        repository: {{reg}}/acme/api
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: %s, container: app}
+`, n, n, n)
+	}
+	cfg := e.config("maxConcurrentRollouts: 1\ngroups:\n" + groups.String())
+	e.pinAll(cfg)
+	for _, n := range names {
+		if got := e.image(n, "app"); got != tag+"@"+first {
+			t.Fatalf("setup: %s on %s", n, got)
+		}
+	}
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	for _, n := range names {
+		ctl.waitPasses(t, "g-"+n, 0, 1)
+	}
+	next := e.push("api", "prod")
+	rt := e.watchRollouts("@"+next, names...)
+	eventually(t, 60*time.Second, "every group rolled out to the new digest", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return len(rt.finished) == len(names)
+	})
+	rt.mu.Lock()
+	order := slices.Clone(names)
+	slices.SortFunc(order, func(a, b string) int { return rt.wrote[a].Compare(rt.wrote[b]) })
+	for i := 1; i < len(order); i++ {
+		prev, cur := order[i-1], order[i]
+		if rt.wrote[cur].Before(rt.finished[prev]) {
+			t.Errorf("%s was re-imaged %s before %s's rollout finished: two rollouts at once with maxConcurrentRollouts 1",
+				cur, rt.finished[prev].Sub(rt.wrote[cur]).Round(time.Millisecond), prev)
+		}
+		t.Logf("%s re-imaged %s after %s finished", cur, rt.wrote[cur].Sub(rt.finished[prev]).Round(time.Millisecond), prev)
+	}
+	rt.mu.Unlock()
+	for _, n := range order[1:] {
+		if len(logLines(ctl.Logs(), "INFO", "queued:", "group=g-"+n)) == 0 {
+			t.Errorf("group g-%s never said queued while another rolled out", n)
+		}
 	}
 }

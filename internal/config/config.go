@@ -150,6 +150,9 @@ type Config struct {
 	// RolloutWindows limit when digest-change rollouts start (R24); none:
 	// any time. A revert re-pin is always allowed.
 	RolloutWindows []RolloutWindow `yaml:"rolloutWindows"`
+	// MaxConcurrentRollouts caps, in run, the groups rolling out a digest
+	// change at once across the controller (R24); 0: unlimited.
+	MaxConcurrentRollouts int `yaml:"maxConcurrentRollouts"`
 	// FailOnRunningStale makes a target whose pods run another digest than
 	// its pin (N1, running-stale) exit a tick 1. Off by default: the pin
 	// already fixes the next rollout, and the state is reported anyway.

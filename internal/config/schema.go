@@ -11,20 +11,21 @@ import (
 
 func (d *decoder) config(n *yaml.Node, c *Config) {
 	d.mapping("", n, map[string]fieldFunc{
-		"annotationPrefix":   d.str(&c.AnnotationPrefix),
-		"rolloutTimeout":     d.duration(&c.RolloutTimeout),
-		"registryTimeout":    d.duration(&c.RegistryTimeout),
-		"apiTimeout":         d.duration(&c.APITimeout),
-		"tickTimeout":        d.duration(&c.TickTimeout),
-		"maxRefreshAttempts": d.integer(&c.MaxRefreshAttempts),
-		"maxSkipTicks":       d.integer(&c.MaxSkipTicks),
-		"maxReadFailures":    d.integer(&c.MaxReadFailures),
-		"maxDigestChanges":   d.integer(&c.MaxDigestChanges),
-		"digestChangeWindow": d.duration(&c.DigestChangeWindow),
-		"minDigestAge":       d.duration(&c.MinDigestAge),
-		"firstInstall":       d.str((*string)(&c.FirstInstall)),
-		"pinFormat":          d.str((*string)(&c.PinFormat)),
-		"failOnRunningStale": d.boolean(&c.FailOnRunningStale),
+		"annotationPrefix":      d.str(&c.AnnotationPrefix),
+		"rolloutTimeout":        d.duration(&c.RolloutTimeout),
+		"registryTimeout":       d.duration(&c.RegistryTimeout),
+		"apiTimeout":            d.duration(&c.APITimeout),
+		"tickTimeout":           d.duration(&c.TickTimeout),
+		"maxRefreshAttempts":    d.integer(&c.MaxRefreshAttempts),
+		"maxSkipTicks":          d.integer(&c.MaxSkipTicks),
+		"maxReadFailures":       d.integer(&c.MaxReadFailures),
+		"maxDigestChanges":      d.integer(&c.MaxDigestChanges),
+		"digestChangeWindow":    d.duration(&c.DigestChangeWindow),
+		"minDigestAge":          d.duration(&c.MinDigestAge),
+		"maxConcurrentRollouts": d.integer(&c.MaxConcurrentRollouts),
+		"firstInstall":          d.str((*string)(&c.FirstInstall)),
+		"pinFormat":             d.str((*string)(&c.PinFormat)),
+		"failOnRunningStale":    d.boolean(&c.FailOnRunningStale),
 		"rolloutWindows": func(path string, n *yaml.Node) {
 			d.sequence(path, n, func(path string, n *yaml.Node) {
 				c.RolloutWindows = append(c.RolloutWindows, RolloutWindow{})

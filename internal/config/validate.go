@@ -63,6 +63,9 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 	if c.MinDigestAge < 0 {
 		v.errorf("minDigestAge", "must not be negative, got %s (0 rolls a new digest at once)", c.MinDigestAge)
 	}
+	if c.MaxConcurrentRollouts < 0 {
+		v.errorf("maxConcurrentRollouts", "must not be negative, got %d (0 is unlimited)", c.MaxConcurrentRollouts)
+	}
 	for i, w := range c.RolloutWindows {
 		v.window(fmt.Sprintf("rolloutWindows[%d]", i), w)
 	}

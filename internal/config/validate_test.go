@@ -43,6 +43,8 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 			func(c *Config) { c.DigestChangeWindow = -time.Minute }, []string{"digestChangeWindow: must not be negative", "0 turns the bound off"}},
 		{"R22: a negative minDigestAge is rejected",
 			func(c *Config) { c.MinDigestAge = -time.Minute }, []string{"minDigestAge: must not be negative", "0 rolls a new digest at once"}},
+		{"R24: a negative maxConcurrentRollouts is rejected",
+			func(c *Config) { c.MaxConcurrentRollouts = -1 }, []string{"maxConcurrentRollouts: must not be negative", "0 is unlimited"}},
 		{"R24: a rollout window with an unknown weekday is rejected naming the field",
 			func(c *Config) {
 				c.RolloutWindows = []RolloutWindow{{Days: []string{"Mon", "Funday"}, Start: "22:00", End: "06:00"}}

@@ -60,6 +60,15 @@ type Controller struct {
 	reverted   map[config.Workload]revert // the last write that changed a workload's images
 	skipped    map[string]time.Time       // when a group's skip streak last counted
 	passes     atomic.Int64
+
+	// R24 maxConcurrentRollouts: passes run one at a time when it is set,
+	// so that two workers cannot both take the last slot; rolling holds
+	// the groups with a rollout in flight (read from the anchors once,
+	// then from each group's own pass), queued those waiting for a slot.
+	slots       sync.Mutex
+	rollingOnce sync.Once
+	rolling     map[string]bool
+	queued      map[string]bool
 }
 
 // revert is a write that changed a workload's images, as the watch saw it.
@@ -77,6 +86,8 @@ func New(r *irreconcile.Runner, p *poller.Poller, resync time.Duration, maxRound
 		discovered: map[string]config.Group{},
 		reverted:   map[config.Workload]revert{},
 		skipped:    map[string]time.Time{},
+		rolling:    map[string]bool{},
+		queued:     map[string]bool{},
 	}
 	c.rebuildLocked()
 	for _, g := range r.Config.Groups {
@@ -281,9 +292,27 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	last, counted := c.skipped[g.Name]
 	c.mu.Unlock()
 	uncounted := counted && time.Since(last) < c.Resync*9/10
+	var elsewhere []string
+	if c.Runner.Config.MaxConcurrentRollouts > 0 {
+		c.slots.Lock()
+		defer c.slots.Unlock()
+		c.rollingOnce.Do(func() {
+			r := c.Runner.RollingGroups(ctx)
+			c.mu.Lock()
+			maps.Copy(c.rolling, r)
+			c.mu.Unlock()
+		})
+		c.mu.Lock()
+		elsewhere = irreconcile.Elsewhere(c.rolling, g.Name)
+		c.mu.Unlock()
+	}
 	plan := c.Runner.Group(ctx, g, c.Poller, irreconcile.GroupOptions{
 		Fights: c.Fights.active(time.Now()), SkipUncounted: uncounted, NoWait: true, Reverted: c.reverts(g),
+		RollingElsewhere: elsewhere,
 	})
+	if c.Runner.Config.MaxConcurrentRollouts > 0 {
+		c.track(g.Name, plan)
+	}
 	if _, wrote := plan.Bookkeeping.Set[state.Keys{Prefix: c.Runner.Config.AnnotationPrefix}.SkipStreak()]; wrote {
 		c.mu.Lock()
 		c.skipped[g.Name] = time.Now()
@@ -302,6 +331,34 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		after = min(after, max(time.Until(plan.WaitUntil), 0)+time.Second)
 	}
 	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// track keeps whether group has a rollout in flight after its pass (R24):
+// it wrote an attempt and images and returned (NoWait), or its attempt is
+// still rolling within its deadline. When a rollout ends, every queued
+// group is run again to take the free slot.
+func (c *Controller) track(group string, plan *refresh.Plan) {
+	inFlight := plan.Failed == nil &&
+		((plan.Repin != nil && plan.Repin.Async) || (plan.Repin == nil && plan.Attempts > 0 && !plan.LockedOut && !plan.WaitUntil.IsZero()))
+	c.mu.Lock()
+	was := c.rolling[group]
+	c.rolling[group] = inFlight
+	c.queued[group] = plan.Queued
+	var wake []string
+	if was && !inFlight {
+		for name, q := range c.queued {
+			if q {
+				wake = append(wake, name)
+			}
+		}
+	}
+	q := c.queue
+	c.mu.Unlock()
+	for _, name := range wake {
+		if q != nil {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+	}
 }
 
 // Passes counts the reconcile passes that completed, for tests and

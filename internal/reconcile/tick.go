@@ -14,6 +14,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -39,11 +40,48 @@ func (r *Runner) Tick(ctx context.Context, dryRun bool) Result {
 	ctx, cancel := context.WithTimeout(ctx, r.Config.EffectiveTickTimeout())
 	defer cancel()
 	latest := &TickSource{Resolver: r.Resolver}
+	var rolling map[string]bool
+	if dryRun && r.Config.MaxConcurrentRollouts > 0 {
+		// status shows what `run` would do: which groups wait for a
+		// rollout slot (R24). A tick rolls one group at a time anyway.
+		rolling = r.RollingGroups(ctx)
+	}
 	var res Result
 	for _, g := range r.Config.Groups {
-		res.Plans = append(res.Plans, r.Group(ctx, g, latest, GroupOptions{DryRun: dryRun}))
+		res.Plans = append(res.Plans, r.Group(ctx, g, latest, GroupOptions{DryRun: dryRun, RollingElsewhere: Elsewhere(rolling, g.Name)}))
 	}
 	return res
+}
+
+// RollingGroups reads every group's anchor: a group whose attempt counter
+// is set and below maxRefreshAttempts has a rollout in flight (R24). An
+// anchor that cannot be read counts as not rolling; its own pass reports it.
+func (r *Runner) RollingGroups(ctx context.Context) map[string]bool {
+	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
+	rolling := map[string]bool{}
+	for _, g := range r.Config.Groups {
+		obj, err := r.Workloads.Get(ctx, workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name})
+		if err != nil {
+			continue
+		}
+		v, ok := obj.Annotations[keys.Attempt()]
+		if n, err := state.ParseCounter(v, ok); err == nil && n > 0 && n < r.Config.MaxRefreshAttempts {
+			rolling[g.Name] = true
+		}
+	}
+	return rolling
+}
+
+// Elsewhere lists the groups of rolling other than group, sorted.
+func Elsewhere(rolling map[string]bool, group string) []string {
+	var out []string
+	for g, on := range rolling {
+		if on && g != group {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // GroupOptions tune one group pass.
@@ -57,6 +95,8 @@ type GroupOptions struct {
 	NoWait bool
 	// Reverted: see refresh.Observation.Reverted (C6).
 	Reverted map[config.Workload]refresh.Revert
+	// RollingElsewhere: see refresh.Observation.RollingElsewhere (R24).
+	RollingElsewhere []string
 }
 
 // Group runs one reconcile pass over one group: observe, decide, execute
@@ -74,6 +114,7 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 		snap.Observation.Fights = opts.Fights
 		snap.Observation.SkipUncounted = opts.SkipUncounted
 		snap.Observation.Reverted = opts.Reverted
+		snap.Observation.RollingElsewhere = opts.RollingElsewhere
 		return snap, refresh.Decide(settings, snap.Observation)
 	}
 	snap, plan := decide()

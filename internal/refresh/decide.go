@@ -759,6 +759,9 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 		}
 		return
 	}
+	if !unfinished && d.queued() {
+		return
+	}
 	rp := &Repin{Wait: g.Workloads(), Unfinished: len(d.order) == 0}
 	if d.s.NoWait {
 		rp.Wait, rp.Async = nil, len(d.order) > 0 || !settled
@@ -794,6 +797,35 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 			"an earlier re-image of group %s (attempt %d of %d) never confirmed settling; waiting for the rollout again", g.Name, d.p.Attempts, d.s.MaxAttempts)})
 	}
 	d.p.Repin = rp
+}
+
+// queued applies R24's maxConcurrentRollouts: a new rollout that moves a
+// target to another digest waits while that many other groups roll out.
+// A revert re-pin restores what ran and is never queued.
+func (d *decision) queued() bool {
+	max, busy := d.s.MaxConcurrentRollouts, d.obs.RollingElsewhere
+	if max <= 0 || len(busy) < max {
+		return false
+	}
+	digestChange := false
+	for _, w := range d.order {
+		for _, c := range d.changes[w] {
+			digestChange = digestChange || c.Cause != CauseRevert
+		}
+	}
+	if !digestChange {
+		return false
+	}
+	d.p.Queued = true
+	msg := fmt.Sprintf("queued: %d group(s) roll out now (%s), maxConcurrentRollouts %d; group %s starts when one of them settled",
+		len(busy), strings.Join(busy, ", "), max, d.p.Group)
+	d.find(Finding{Severity: SeverityInfo, Message: msg})
+	for i := range d.p.Rows {
+		if r := &d.p.Rows[i]; r.State == StateDrifted {
+			r.State, r.Message, r.Remediation = StateQueued, msg, "none needed: it rolls out when a slot is free"
+		}
+	}
+	return true
 }
 
 // rolloutState is where the attempt of a NoWait pass stands.

@@ -31,6 +31,9 @@ type Settings struct {
 	// RolloutWindows limit when a digest change may start rolling out
 	// (R24); none: any time.
 	RolloutWindows []config.RolloutWindow
+	// MaxConcurrentRollouts caps the groups rolling out a digest change at
+	// once (R24, run); 0: unlimited. See Observation.RollingElsewhere.
+	MaxConcurrentRollouts int
 	// Now is the clock the rollout policy (R21, R22, R24) is counted on.
 	Now func() time.Time
 	// RearmCommand renders the command that re-arms a group (R18); every
@@ -68,20 +71,21 @@ const holderWriteGrace = 2 * time.Second
 // the file the rearm command should name.
 func SettingsFrom(cfg *config.Config, configPath string) Settings {
 	return Settings{
-		Prefix:             cfg.AnnotationPrefix,
-		MaxAttempts:        cfg.MaxRefreshAttempts,
-		MaxSkipTicks:       cfg.MaxSkipTicks,
-		MaxReadFailures:    cfg.MaxReadFailures,
-		FirstInstall:       cfg.FirstInstall,
-		PinFormat:          cfg.PinFormat,
-		MaxDigestChanges:   cfg.MaxDigestChanges,
-		DigestChangeWindow: cfg.DigestChangeWindow,
-		MinDigestAge:       cfg.MinDigestAge,
-		RolloutWindows:     cfg.RolloutWindows,
-		Now:                time.Now,
-		HolderTTL:          cfg.EffectiveTickTimeout() + holderSlack,
-		RolloutTimeout:     cfg.RolloutTimeout,
-		FailOnRunningStale: cfg.FailOnRunningStale,
+		Prefix:                cfg.AnnotationPrefix,
+		MaxAttempts:           cfg.MaxRefreshAttempts,
+		MaxSkipTicks:          cfg.MaxSkipTicks,
+		MaxReadFailures:       cfg.MaxReadFailures,
+		FirstInstall:          cfg.FirstInstall,
+		PinFormat:             cfg.PinFormat,
+		MaxDigestChanges:      cfg.MaxDigestChanges,
+		DigestChangeWindow:    cfg.DigestChangeWindow,
+		MinDigestAge:          cfg.MinDigestAge,
+		RolloutWindows:        cfg.RolloutWindows,
+		MaxConcurrentRollouts: cfg.MaxConcurrentRollouts,
+		Now:                   time.Now,
+		HolderTTL:             cfg.EffectiveTickTimeout() + holderSlack,
+		RolloutTimeout:        cfg.RolloutTimeout,
+		FailOnRunningStale:    cfg.FailOnRunningStale,
 		RearmCommand: func(group string) string {
 			if configPath == "" { // discovery alone (D1)
 				return fmt.Sprintf("image-refresh rearm --group %s", group)
@@ -119,6 +123,9 @@ type Observation struct {
 	// Pods holds, per target workload, the pods of its current template
 	// (N1); nil: not read (the check is skipped).
 	Pods map[config.Workload]PodsRead
+	// RollingElsewhere names the other groups with a rollout in flight
+	// (R24, maxConcurrentRollouts): the controller's view across groups.
+	RollingElsewhere []string
 	// Platforms maps an expected digest that is an image index to its
 	// platform manifests' digests: a pod of a multi-arch pin reports one.
 	Platforms map[string][]string

@@ -24,8 +24,11 @@ type Plan struct {
 	ClearSkip   Write
 	Repin       *Repin
 	LockedOut   bool
-	Attempts    int
-	SkipStreak  int
+	// Queued: a digest change waits for a rollout slot (R24,
+	// maxConcurrentRollouts); nothing was re-imaged.
+	Queued     bool
+	Attempts   int
+	SkipStreak int
 	// WaitUntil, when set, is when the attempt in flight reaches its
 	// deadline (NoWait): the controller runs the group again then.
 	WaitUntil time.Time
@@ -184,6 +187,7 @@ const (
 	StateQuarantined   State = "quarantined"   // R23
 	StateWaiting       State = "waiting"       // R22
 	StateWindowClosed  State = "window-closed" // R24
+	StateQueued        State = "queued"        // R24
 	StateUnreadable    State = "unreadable"
 	StateError         State = "error"
 	StateRunningStale  State = "running-stale"

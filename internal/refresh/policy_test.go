@@ -292,3 +292,54 @@ func TestDecide_R24_DigestChangesStartOnlyInsideARolloutWindow(t *testing.T) {
 		},
 	})
 }
+
+func TestDecide_R24_MaxConcurrentRolloutsQueuesADigestChange(t *testing.T) {
+	g := group(withImage("api", on(webAPI)))
+	moved := func(live string, rolling ...string) Observation {
+		o := observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, live))
+		o.RollingElsewhere = rolling
+		return o
+	}
+	slots := func(n int) settingsOpt { return func(s *Settings) { s.MaxConcurrentRollouts = n } }
+	rolls := &wantRepin{
+		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+		changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
+		wait:    []string{"web"},
+		clear:   kv{k.Attempt(): deleted},
+		record:  kv{k.Record("api"): "<B>"},
+	}
+	run(t, map[string]decideCase{
+		"with every slot taken by other groups a digest change is queued, benign, nothing written": {
+			settings: []settingsOpt{slots(1)},
+			obs:      moved(pinned(dA), "edge-2"),
+			want:     want{rows: []string{"api web/api: queued"}, findings: []string{"group: INFO - benign"}},
+			also: func(t *testing.T, p *Plan) {
+				if !p.Queued {
+					t.Errorf("plan not marked Queued")
+				}
+				contains(t, "row", p.Rows[0].Message, "edge-2")
+			},
+		},
+		"with a free slot it rolls": {
+			settings: []settingsOpt{slots(2)},
+			obs:      moved(pinned(dA), "edge-2"),
+			want:     want{rows: []string{"api web/api: drifted"}, repin: rolls},
+		},
+		"0 is unlimited": {
+			settings: []settingsOpt{slots(0)},
+			obs:      moved(pinned(dA), "edge-2", "edge-3"),
+			want:     want{rows: []string{"api web/api: drifted"}, repin: rolls},
+		},
+		"a revert re-pin is never queued": {
+			settings: []settingsOpt{slots(1)},
+			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dA), withLive(webAPI, onTag),
+				func(o *Observation) { o.RollingElsewhere = []string{"edge-2"} }),
+			want: want{rows: []string{"api web/api: drifted"}, repin: &wantRepin{
+				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
+				wait:    []string{"web"},
+				clear:   kv{k.Attempt(): deleted},
+			}},
+		},
+	})
+}

@@ -114,7 +114,7 @@ func (d *decision) running() {
 			continue
 		}
 		switch r.State {
-		case StatePinned, StateInert, StateFirstObserved, StateTagFlapping, StateQuarantined, StateWaiting, StateWindowClosed, StateDrifted:
+		case StatePinned, StateInert, StateFirstObserved, StateTagFlapping, StateQuarantined, StateWaiting, StateWindowClosed, StateQueued, StateDrifted:
 		default:
 			continue // a state that needs attention first says more
 		}
