@@ -384,3 +384,28 @@ spec:
 		t.Errorf("render wrote\n%s\nwant (only the labelled workload's image pinned)\n%s", out.String(), want)
 	}
 }
+
+// TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission: the
+// webhook pins the targets discovery found, as it pins configured ones.
+func TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag, pinned := e.repo("api")+":prod", e.repo("api")+":prod@"+digest
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+	e.discoveryTick(cfg)
+	e.discoveryTick(cfg)
+	if got := e.image("api", "api"); got != pinned {
+		t.Fatalf("setup: api runs %s, want %s", got, pinned)
+	}
+	e.whLabel("api") // the test's MutatingWebhookConfiguration selects this label
+	// whStartProbed waits until a dry-run re-render of api comes back
+	// pinned: before discovery's first pass the webhook knows no group.
+	e.whStartProbed(cfg, "api", map[string]string{"api": tag}, "--poll-interval", "1h", "--watch-namespaces", e.ns)
+	stored := e.whWrite("helm", "api", map[string]string{"api": tag})
+	if got := whImages(stored)["api"]; got != pinned {
+		t.Fatalf("helm's re-render to %s was stored as %s, want %s", tag, got, pinned)
+	}
+}
