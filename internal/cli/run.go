@@ -174,6 +174,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	var disc *controller.Discovery
 	if o.discover {
 		disc = &controller.Discovery{Namespaces: o.watchNamespaces}
+		r.ServiceAccounts = true
 	}
 	mgr, err := controller.NewManager(rc, r, controller.Options{
 		Discovery:    disc,
