@@ -96,7 +96,8 @@ func TestTick_D1_ALabelledDeploymentIsPinnedWithItsTagKept(t *testing.T) {
 	tag := e.repo("api") + ":prod"
 	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
 	e.settle("Deployment", "api")
-	cfg := e.settings()
+	// The configured groups' pins drop the tag; a discovered target's keep it.
+	cfg := e.config("pinFormat: digest\n")
 
 	// Not labelled: not managed. This tick runs discovery and finds nothing.
 	if code, _ := e.discoveryTick(cfg); code != 0 {
