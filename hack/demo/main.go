@@ -99,7 +99,7 @@ func run(ctx context.Context, o options) (code int) {
 		}
 	}()
 	d.setup()
-	steps := []func(){d.stepPin, d.stepNewDigest, d.stepHelmUpgrade, d.stepWebhook, d.stepNodeDown, d.stepStatus}
+	steps := []func(){d.stepPin, d.stepNewDigest, d.stepHelmUpgrade, d.stepWebhook, d.stepNodeDown, d.stepAdopt, d.stepStatus}
 	for _, step := range steps {
 		step()
 	}

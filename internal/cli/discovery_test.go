@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/internal/testregistry"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -95,7 +96,8 @@ func TestTick_D1_ALabelledDeploymentIsPinnedWithItsTagKept(t *testing.T) {
 	tag := e.repo("api") + ":prod"
 	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
 	e.settle("Deployment", "api")
-	cfg := e.settings()
+	// The configured groups' pins drop the tag; a discovered target's keep it.
+	cfg := e.config("pinFormat: digest\n")
 
 	// Not labelled: not managed. This tick runs discovery and finds nothing.
 	if code, _ := e.discoveryTick(cfg); code != 0 {
@@ -382,5 +384,67 @@ spec:
 	want := strings.Replace(stream, "image: "+tag+"\n", "image: "+tag+"@"+digest+"\n", 1)
 	if out.String() != want {
 		t.Errorf("render wrote\n%s\nwant (only the labelled workload's image pinned)\n%s", out.String(), want)
+	}
+}
+
+// TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission: the
+// webhook pins the targets discovery found, as it pins configured ones.
+func TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag, pinned := e.repo("api")+":prod", e.repo("api")+":prod@"+digest
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+	e.discoveryTick(cfg)
+	e.discoveryTick(cfg)
+	if got := e.image("api", "api"); got != pinned {
+		t.Fatalf("setup: api runs %s, want %s", got, pinned)
+	}
+	e.whLabel("api") // the test's MutatingWebhookConfiguration selects this label
+	// whStartProbed waits until a dry-run re-render of api comes back
+	// pinned: before discovery's first pass the webhook knows no group.
+	e.whStartProbed(cfg, "api", map[string]string{"api": tag}, "--poll-interval", "1h", "--watch-namespaces", e.ns)
+	stored := e.whWrite("helm", "api", map[string]string{"api": tag})
+	if got := whImages(stored)["api"]; got != pinned {
+		t.Fatalf("helm's re-render to %s was stored as %s, want %s", tag, got, pinned)
+	}
+}
+
+// TestTick_D1_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecrets:
+// a registry that needs credentials is asked with the imagePullSecrets of
+// the pods' ServiceAccount, as the kubelet pulls, when the pod template
+// lists none.
+func TestTick_D1_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecrets(t *testing.T) {
+	e := discoveryEnv(t)
+	const user, pass = "puller", "s3cret-for-the-service-account"
+	e.reg = testregistry.Start(t, testregistry.WithBasicAuth(user, pass))
+	digest := e.push("api", "prod")
+	e.dockerConfigSecret("regcred", e.reg.Host(), user, pass, false)
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", e.repo("api")+":prod"))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+
+	// Without the ServiceAccount's secret the registry refuses: not recorded.
+	e.discoveryTick(cfg)
+	if got := e.annotations("api")[e.key("last-refreshed-api-digest")]; got != "" {
+		t.Fatalf("recorded %s without credentials", got)
+	}
+	ctx := context.Background()
+	sas := e.c.Client.CoreV1().ServiceAccounts(e.ns)
+	eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() bool {
+		_, err := sas.Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+	if _, err := sas.Patch(ctx, "default", types.MergePatchType, []byte(`{"imagePullSecrets":[{"name":"regcred"}]}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, logs := e.discoveryTick(cfg); code != 0 || strings.Contains(logs, pass) {
+		t.Fatalf("tick exit %d (want 0), or the password in its logs:\n%s", code, logs)
+	}
+	if got := e.annotations("api")[e.key("last-refreshed-api-digest")]; got != digest {
+		t.Errorf("recorded %q with the ServiceAccount's pull secret, want %s", got, digest)
 	}
 }

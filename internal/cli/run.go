@@ -129,7 +129,7 @@ func (w *webhookFlags) validate() error {
 }
 
 // setup serves the webhook on mgr; ready reports whether the cache synced.
-func (w *webhookFlags) setup(mgr ctrl.Manager, cfg *config.Config, kube kubernetes.Interface, m *metrics.Metrics, log *slog.Logger, ready func() bool) error {
+func (w *webhookFlags) setup(mgr *controller.Manager, cfg *config.Config, kube kubernetes.Interface, m *metrics.Metrics, log *slog.Logger, ready func() bool) error {
 	ns := w.namespace
 	if ns == "" {
 		ns = "default"
@@ -137,7 +137,9 @@ func (w *webhookFlags) setup(mgr ctrl.Manager, cfg *config.Config, kube kubernet
 			ns = strings.TrimSpace(string(b))
 		}
 	}
-	h := webhook.NewHandler(cfg, webhook.CachedAnnotations(mgr.GetCache()), ready, m, log)
+	h := webhook.NewHandler(cfg, webhook.CachedAnnotations(mgr.Reader()), ready, m, log)
+	// Discovered groups are pinned at admission too (D1, B1).
+	mgr.Controller.OnGroups = h.SetGroups
 	return webhook.Setup(mgr, webhook.Options{
 		Host: w.host, Port: w.port, SelfSigned: w.selfSigned, CertDir: w.certDir,
 		ConfigName: w.configName, Service: w.service, Namespace: ns,
@@ -181,6 +183,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	var disc *controller.Discovery
 	if o.discover {
 		disc = &controller.Discovery{Namespaces: o.watchNamespaces}
+		r.ServiceAccounts = true
 	}
 	mgr, err := controller.NewManager(rc, r, controller.Options{
 		Discovery:    disc,

@@ -47,6 +47,9 @@ type Controller struct {
 	Resync time.Duration
 	Fights fights
 
+	// OnGroups, if set, is told every group after each discovery pass (the
+	// webhook pins the targets of discovered groups too).
+	OnGroups func([]config.Group)
 	// discovery is nil when discovery is off.
 	discovery *discoveryState
 	ctrl      controller.Controller

@@ -206,8 +206,13 @@ func (c *Controller) discoverPass(ctx context.Context) error {
 			}
 		}
 	}
+	all := c.allGroups()
+	if c.OnGroups != nil {
+		slices.SortFunc(all, func(a, b config.Group) int { return strings.Compare(a.Name, b.Name) })
+		c.OnGroups(all)
+	}
 	managed := map[config.Workload]bool{}
-	for _, g := range c.allGroups() {
+	for _, g := range all {
 		for _, w := range g.Workloads() {
 			managed[w] = true
 		}

@@ -53,7 +53,12 @@ type Manager struct {
 	ctrl.Manager
 	Controller *Controller
 	synced     atomic.Bool
+	reader     client.Reader
 }
+
+// Reader reads the workloads as the controller does: from the manager's
+// cache, and with discovery from the caches of the labelled namespaces.
+func (m *Manager) Reader() client.Reader { return m.reader }
 
 // Synced reports whether the informer caches of the watched kinds synced.
 func (m *Manager) Synced() bool { return m.synced.Load() }
@@ -149,7 +154,7 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 	if err := c.SetupWithManager(mgr, workers); err != nil {
 		return nil, err
 	}
-	m := &Manager{Manager: mgr, Controller: c}
+	m := &Manager{Manager: mgr, Controller: c, reader: reader}
 	if err := mgr.Add(cacheSynced{m: m, kinds: Kinds(r.Config, o.Discovery), pods: len(namespaces) > 0, discovery: o.Discovery != nil}); err != nil {
 		return nil, err
 	}

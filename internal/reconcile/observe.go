@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -47,6 +49,10 @@ type Runner struct {
 	// OnRepin, if set, is called right after a workload's re-pin write
 	// landed (the controller measures revert → re-pin latency with it).
 	OnRepin func(group string, wc refresh.WorkloadChange)
+	// ServiceAccounts makes every image resolve with the imagePullSecrets
+	// of its pods' ServiceAccounts too, as the kubelet pulls (`run` with
+	// discovery sets it; a discovered group's images always do, D1).
+	ServiceAccounts bool
 	// KeychainTTL bounds how long the pull secrets read for an image are
 	// reused, so that a rotated secret is picked up (the controller sets
 	// its poll interval); 0 means defaultKeychainTTL.
@@ -146,7 +152,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		var kc authn.Keychain
 		keychain := func() authn.Keychain {
 			if kc == nil {
-				kc = r.keychain(ctx, img, objs)
+				kc = r.keychain(ctx, img, objs, r.ServiceAccounts || discovery.IsDiscoveredName(g.Name))
 			}
 			return kc
 		}
@@ -333,24 +339,36 @@ func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keycha
 			objs[t.Workload()] = obj
 		}
 	}
-	return r.keychain(ctx, img, objs)
+	return r.keychain(ctx, img, objs, r.ServiceAccounts)
 }
 
 // keychain gives registry auth for an image: the docker config, and the
 // imagePullSecrets of the pods that run it (R20: the secrets stay in
-// memory; nothing about them is logged).
-func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config.Workload]*workload.Object) authn.Keychain {
+// memory; nothing about them is logged). With serviceAccounts (a
+// discovered group, D1), also those of the pods' ServiceAccounts, as the
+// kubelet pulls with both.
+func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config.Workload]*workload.Object, serviceAccounts bool) authn.Keychain {
 	secrets := map[string]map[string]bool{}
+	add := func(ns string, names ...string) {
+		if secrets[ns] == nil {
+			secrets[ns] = map[string]bool{}
+		}
+		for _, s := range names {
+			secrets[ns][s] = true
+		}
+	}
 	for _, t := range img.Targets {
 		obj, ok := objs[t.Workload()]
-		if !ok || len(obj.PullSecrets) == 0 {
+		if !ok {
 			continue
 		}
-		if secrets[t.Namespace] == nil {
-			secrets[t.Namespace] = map[string]bool{}
+		if len(obj.PullSecrets) > 0 {
+			add(t.Namespace, obj.PullSecrets...)
 		}
-		for _, s := range obj.PullSecrets {
-			secrets[t.Namespace][s] = true
+		if serviceAccounts {
+			if names := r.serviceAccountPullSecrets(ctx, img, t.Namespace, obj.ServiceAccount); len(names) > 0 {
+				add(t.Namespace, names...)
+			}
 		}
 	}
 	var extra []authn.Keychain
@@ -386,4 +404,26 @@ func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config
 		extra = append(extra, kc)
 	}
 	return registry.Keychain(extra...)
+}
+
+// serviceAccountPullSecrets returns the imagePullSecrets of a pod
+// template's ServiceAccount ("default" when it names none). A read that
+// fails is a WARN and resolves without them, as a missing secret does.
+func (r *Runner) serviceAccountPullSecrets(ctx context.Context, img config.Image, namespace, name string) []string {
+	if name == "" {
+		name = "default"
+	}
+	callCtx, cancel := context.WithTimeout(ctx, r.Config.APITimeout)
+	defer cancel()
+	sa, err := r.Kube.CoreV1().ServiceAccounts(namespace).Get(callCtx, name, metav1.GetOptions{})
+	if err != nil {
+		r.Log.Warn("cannot read the ServiceAccount of a target's pods for its imagePullSecrets; resolving without them",
+			"image", img.Name, "namespace", namespace, "serviceAccount", name, "error", err)
+		return nil
+	}
+	var out []string
+	for _, s := range sa.ImagePullSecrets {
+		out = append(out, s.Name)
+	}
+	return out
 }

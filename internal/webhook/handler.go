@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/state"
@@ -30,9 +32,11 @@ const readTimeout = time.Second
 
 // Handler is the admission.Handler of the webhook (B1).
 type Handler struct {
-	prefix      string
-	format      imageref.PinFormat
-	targets     map[config.Target][]binding
+	prefix string
+	format imageref.PinFormat
+	// targets indexes the groups' targets; SetGroups replaces it when
+	// discovery finds other groups (D1).
+	targets     atomic.Pointer[map[config.Target][]binding]
 	annotations Annotations
 	ready       func() bool
 	metrics     *metrics.Metrics
@@ -43,10 +47,20 @@ type Handler struct {
 // NewHandler builds the handler for a validated config. ready reports
 // whether the informer cache behind annotations has synced; m may be nil.
 func NewHandler(cfg *config.Config, annotations Annotations, ready func() bool, m *metrics.Metrics, log *slog.Logger) *Handler {
-	return &Handler{
-		prefix: cfg.AnnotationPrefix, format: cfg.PinFormat, targets: targetIndex(cfg),
+	h := &Handler{
+		prefix: cfg.AnnotationPrefix, format: cfg.PinFormat,
 		annotations: annotations, ready: ready, metrics: m, log: log, maxBody: MaxReviewBytes,
 	}
+	h.SetGroups(cfg.Groups)
+	return h
+}
+
+// SetGroups makes the handler pin the targets of groups: the configured
+// ones and those discovery found (`run` calls it after each discovery
+// pass).
+func (h *Handler) SetGroups(groups []config.Group) {
+	idx := targetIndex(groups)
+	h.targets.Store(&idx)
 }
 
 // Handle answers one admission request. It always allows: with a JSON patch
@@ -114,9 +128,10 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 	target := func(container string) config.Target {
 		return config.Target{Kind: k.Name, Namespace: req.Namespace, Name: name, Container: container}
 	}
+	targets := *h.targets.Load()
 	managed := false
 	for _, c := range containers {
-		managed = managed || len(h.targets[target(c.Name)]) > 0
+		managed = managed || len(targets[target(c.Name)]) > 0
 	}
 	if !managed {
 		return nil, nil
@@ -140,7 +155,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 			continue
 		}
 		t := target(c.Name)
-		for _, b := range h.targets[t] {
+		for _, b := range targets[t] {
 			ann, seen := anchors[b.group.Name]
 			if !seen {
 				if ann, err = h.annotations(ctx, b.group.Anchor); err != nil {
@@ -148,7 +163,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 				}
 				anchors[b.group.Name] = ann
 			}
-			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], h.format); ok {
+			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], discovery.PinFormat(b.group.Name, h.format)); ok {
 				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, Index: i, From: c.Image, To: to})
 				break
 			}

@@ -33,10 +33,10 @@ type binding struct {
 	image config.Image
 }
 
-// targetIndex maps every configured target to its bindings.
-func targetIndex(cfg *config.Config) map[config.Target][]binding {
+// targetIndex maps every target of groups to its bindings.
+func targetIndex(groups []config.Group) map[config.Target][]binding {
 	out := map[config.Target][]binding{}
-	for _, g := range cfg.Groups {
+	for _, g := range groups {
 		for _, img := range g.Images {
 			for _, t := range img.Targets {
 				out[t] = append(out[t], binding{group: g, image: img})

@@ -286,6 +286,19 @@ The rules discovery needs on the workloads it finds (rbac-discovery.yaml).
 - apiGroups: [""]
   resources: [events]
   verbs: [create, get, update]
+# get: the imagePullSecrets of the pods' ServiceAccounts, which the kubelet
+# pulls with too (the secrets themselves: registryAuth).
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get]
+{{- with .secrets }}
+# get: registry credentials, the registryAuth.pullSecrets by name only;
+# never list (R20).
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: {{ toJson (uniq . | sortAlpha) }}
+  verbs: [get]
+{{- end }}
 {{- if .controller }}
 # create, patch: the controller's Events through events.k8s.io.
 - apiGroups: [events.k8s.io]
