@@ -14,18 +14,19 @@ import (
 
 // Keychain returns the keychains to try in order: extra (e.g. the target's
 // pull secrets), then the docker config file (DOCKER_CONFIG or
-// ~/.docker/config.json, with its credential helpers), then, for Google
-// Artifact Registry and GCR hosts only, the workload identity of the
-// environment (googleKeychain), then anonymous. The credentials stay inside
+// ~/.docker/config.json, with its credential helpers), then the workload
+// identity of the environment, each for its cloud's hosts only: Google
+// Artifact Registry and GCR (googleKeychain), Amazon ECR (ecrKeychain),
+// Azure Container Registry (acrKeychain); then anonymous. The credentials stay inside
 // the keychain and the transport; nothing here logs them (R20).
 func Keychain(extra ...authn.Keychain) authn.Keychain {
-	chains := make([]authn.Keychain, 0, len(extra)+2)
+	chains := make([]authn.Keychain, 0, len(extra)+4)
 	for _, kc := range extra {
 		if kc != nil {
 			chains = append(chains, kc)
 		}
 	}
-	chains = append(chains, authn.DefaultKeychain, gcpKeychain)
+	chains = append(chains, authn.DefaultKeychain, gcpKeychain, awsKeychain, azureKeychain)
 	return authn.NewMultiKeychain(chains...)
 }
 

@@ -133,6 +133,14 @@ func TestLatest_R20_RotatedCredentialGetsANewSessionAndTheOldIsNotUsed(t *testin
 	if err != nil || got != want {
 		t.Fatalf("Latest with the rotated password = %q, %v; want %s", got, err, want)
 	}
+	// The working session is not lent to another credential, nor to none:
+	// a removed pull secret is not masked by a cached token.
+	if _, err := r.Latest(context.Background(), repo, "prod", freshKeychain(s.Host(), "robot", "old-pass")); err == nil {
+		t.Fatal("Latest with the old password succeeded through the new password's session")
+	}
+	if _, err := r.Latest(context.Background(), repo, "prod", nil); err == nil {
+		t.Fatal("Latest without credentials succeeded through a cached session")
+	}
 }
 
 func TestVerifyAndHas_C2_ShareTheSessionOfLatest(t *testing.T) {
