@@ -97,13 +97,14 @@ bench:
 # latest digest with every record matching, rollouts and ReplicaSets
 # within what the events caused, heap and goroutines flat; exit 1 if not.
 # About 35 minutes on 2 shared cores. Not part of `make test`. See
-# docs/reliability.md.
+# docs/reliability.md. SOAK_FLAGS=-keep-run-dir keeps the cluster and controller logs.
 SOAK_FOR ?= 20m
 SOAK_WORKLOADS ?= 500
 SOAK_SEED ?= 1
+SOAK_FLAGS ?=
 .PHONY: soak
 soak:
-	@bindir=$$(hack/build-cluster.sh) && $(GO) run ./hack/bench -bin-dir "$$bindir" -phases soak -soak-for $(SOAK_FOR) -workloads $(SOAK_WORKLOADS) -seed $(SOAK_SEED)
+	@bindir=$$(hack/build-cluster.sh) && $(GO) run ./hack/bench -bin-dir "$$bindir" -phases soak -soak-for $(SOAK_FOR) -workloads $(SOAK_WORKLOADS) -seed $(SOAK_SEED) $(SOAK_FLAGS)
 
 clean:
 	rm -rf bin

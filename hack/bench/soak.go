@@ -13,6 +13,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -147,8 +148,13 @@ type soakTrack struct {
 	reverts  map[string]int                 // changes to a bare tag
 	distinct map[string]map[string]struct{} // images seen
 	events   int
-	changed  chan struct{} // a value after every event (buffered 1)
-	err      error         // the watch ended
+	// relists: the watch could not resume (410 Gone: a restarted
+	// kube-apiserver's watch cache starts at etcd's current revision) and
+	// re-listed; a template changed more than once in the gap counts once.
+	relists int
+	gapRVs  int64         // resourceVersions skipped by those relists, in all
+	changed chan struct{} // a value after every event (buffered 1)
+	err     error         // the watch ended
 }
 
 func (s *soakTrack) observe(d *appsv1.Deployment, recordKey func(name string) string) {
@@ -289,37 +295,22 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 			return nil, fmt.Errorf("soak: after the first passes the anchor %s records %q, want %s", g.targets[0], got, current[g.image])
 		}
 	}
-	rw, err := watchtools.NewRetryWatcherWithContext(wctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
-			return w.kube.AppsV1().Deployments(soakNS).Watch(ctx, lo)
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer rw.Stop()
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		for ev := range rw.ResultChan() {
-			switch ev.Type {
-			case watch.Bookmark:
-				continue
-			case watch.Error:
-				tr.mu.Lock()
-				tr.err = fmt.Errorf("the bench's watch of the Deployments failed: %v", ev.Object)
-				tr.mu.Unlock()
-				select {
-				case tr.changed <- struct{}{}:
-				default:
-				}
-				return
-			}
-			if d, ok := ev.Object.(*appsv1.Deployment); ok {
-				tr.observe(d, recordKey)
-			}
+		err := soakWatch(wctx, w, tr, list.ResourceVersion, recordKey)
+		if wctx.Err() != nil {
+			return
+		}
+		tr.mu.Lock()
+		tr.err = fmt.Errorf("the bench's watch of the Deployments failed: %w", err)
+		tr.mu.Unlock()
+		select {
+		case tr.changed <- struct{}{}:
+		default:
 		}
 	}()
+	defer func() { wcancel(); <-watchDone }()
 
 	// Memory and goroutines, sampled every minute from here.
 	t0 := time.Now()
@@ -502,7 +493,7 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 			problems = append(problems, fmt.Sprintf("%s has %d ReplicaSets, bound %d (distinct pod templates seen)", t.name, rsOf[t.name], len(tr.distinct[t.name])))
 		}
 	}
-	watchEvents := tr.events
+	watchEvents, relists, gapRVs := tr.events, tr.relists, tr.gapRVs
 	tr.mu.Unlock()
 
 	// Heap and goroutines: flat is last ≤ factor × the sample at the
@@ -540,7 +531,7 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 		{"soak: schedule end → all targets on the latest digest, all records match", fmtSeconds(convergedIn.Seconds()), "single run", "1",
 			fmt.Sprintf("%s; %s; events up to %s late on this machine; converge bound %s", what, mix, fmtSeconds(late.max()), soakConverge)},
 		{"soak: rollouts to a digest vs bound", fmt.Sprintf("%d ≤ %d", totalRepins, totalBound), fmt.Sprintf("max %d per workload", maxRepins), fmt.Sprint(len(targets)),
-			fmt.Sprintf("stored pod-template image changes seen by a watch, summed over workloads; bound per workload = reverts that reached it (%d in all) + digests pushed to its repo:tag; checked per workload", totalReverts)},
+			fmt.Sprintf("stored pod-template image changes seen by a watch, summed over workloads; bound per workload = reverts that reached it (%d in all) + digests pushed to its repo:tag; checked per workload; the watch re-listed %d times (410 after the restart), skipping %d resourceVersions (a workload that changed twice in such a gap counts once)", totalReverts, relists, gapRVs)},
 		{"soak: ReplicaSets per workload, max", fmt.Sprint(maxRS), fmt.Sprintf("bound %d there", maxRSBound), fmt.Sprint(len(targets)),
 			"checked per workload: ReplicaSets owned ≤ distinct pod templates the watch saw it have (incl. the first)"},
 		{"soak: Go heap in use after GC, first / last / max", fmt.Sprintf("%s / %s / %s", fmtMiB(heaps[0]), fmtMiB(float64(last.heap)), fmtMiB(heaps.max())),
@@ -564,6 +555,71 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 		return rows, fmt.Errorf("soak: %d checks failed (seed %d), first: %s", len(problems), o.seed, problems[0])
 	}
 	return rows, nil
+}
+
+// soakWatch feeds tr from a watch of the soak's Deployments from rv until
+// ctx ends. A RetryWatcher resumes from the last resourceVersion across
+// dropped connections; when the resourceVersion is gone (410, as after
+// the kube-apiserver restart) it re-lists, diffs, and watches on.
+func soakWatch(ctx context.Context, w *world, tr *soakTrack, rv string, recordKey func(string) string) error {
+	for {
+		rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
+			WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+				return w.kube.AppsV1().Deployments(soakNS).Watch(ctx, lo)
+			},
+		})
+		if err != nil {
+			return err
+		}
+		var gone error
+		for ev := range rw.ResultChan() {
+			if ev.Type == watch.Error {
+				gone = apierrors.FromObject(ev.Object)
+				break
+			}
+			if d, ok := ev.Object.(*appsv1.Deployment); ok {
+				if ev.Type != watch.Bookmark {
+					tr.observe(d, recordKey)
+				}
+				rv = d.ResourceVersion
+			}
+		}
+		rw.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if gone == nil {
+			return fmt.Errorf("the watch ended")
+		}
+		if !apierrors.IsResourceExpired(gone) && !apierrors.IsGone(gone) {
+			return gone
+		}
+		var list *appsv1.DeploymentList
+		for {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			list, err = w.kube.AppsV1().Deployments(soakNS).List(lctx, metav1.ListOptions{})
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(time.Second)
+		}
+		var from, to int64
+		_, _ = fmt.Sscan(rv, &from)
+		_, _ = fmt.Sscan(list.ResourceVersion, &to)
+		progress("soak: the bench's watch at resourceVersion %s: %v; re-listed at %s", rv, gone, list.ResourceVersion)
+		tr.mu.Lock()
+		tr.relists++
+		tr.gapRVs += max(0, to-from)
+		tr.mu.Unlock()
+		for i := range list.Items {
+			tr.observe(&list.Items[i], recordKey)
+		}
+		rv = list.ResourceVersion
+	}
 }
 
 // runSoakEvent runs one event, bounded by soakEventTimeout.
