@@ -19,7 +19,12 @@
 //     workloads (the scale phase adds 1,000);
 //  6. scale: -workloads (default 10,000) zero-replica workloads: steady
 //     state over the first 1,000, manager start → caches synced, a full
-//     resync pass and its API requests, process memory.
+//     resync pass and its API requests, process memory;
+//  7. soak (not in the default phases; `make soak`): -workloads
+//     Deployments under -soak-for of seeded random reverts, digest pushes,
+//     registry 5xx/429 bursts and one kube-apiserver restart, then checks
+//     convergence, rollouts against their bound, ReplicaSets per workload,
+//     and that heap and goroutines stayed flat (soak.go).
 //
 // The controller is built in-process by controller.NewManager, the
 // constructor internal/cli/run.go uses, with its rest.Config transport
@@ -27,6 +32,7 @@
 // to timestamp the polls that saw a change.
 //
 //	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,registry,pollcost,steady,scale]
+//	go run ./hack/bench -phases soak -soak-for 20m -workloads 500 -seed 1
 package main
 
 import (
@@ -60,6 +66,8 @@ type options struct {
 	resyncRuns             int
 	pushes                 int
 	stuckReverts           int
+	soakFor                time.Duration
+	seed                   uint64
 }
 
 func main() {
@@ -84,7 +92,9 @@ func main() {
 		}
 		o.workloads = n
 	}
-	flag.IntVar(&o.workloads, "workloads", o.workloads, "zero-replica workloads of the scale phase ($BENCH_WORKLOADS sets the default)")
+	flag.IntVar(&o.workloads, "workloads", o.workloads, "workloads of the scale phase (zero-replica) and of the soak phase ($BENCH_WORKLOADS sets the default)")
+	flag.DurationVar(&o.soakFor, "soak-for", 20*time.Minute, "how long the soak phase's schedule of events runs")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the soak phase's random schedule of events")
 	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
 	flag.Parse()
 
@@ -143,9 +153,12 @@ func run(ctx context.Context, o options) int {
 			got, err = measurePropagate(ctx, w, o.pushes)
 		case "pollcost":
 			got, err = measurePollCost(ctx, o.costInterval, o.intervals)
+		case "soak":
+			got, err = measureSoak(ctx, w, soakOptions{duration: o.soakFor, workloads: o.workloads, seed: o.seed})
 		default:
-			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, registry, pollcost, steady, scale)", phase)
+			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, registry, pollcost, steady, scale, soak)", phase)
 		}
+		rows = append(rows, got...) // a failed phase may still have figures (the soak's checks)
 		if ctx.Err() != nil {
 			progress("interrupted")
 			interrupted = true
@@ -157,7 +170,6 @@ func run(ctx context.Context, o options) int {
 			break
 		}
 		progress("%s: done in %s", phase, since(t))
-		rows = append(rows, got...)
 	}
 	w.stop()
 	if (failed || o.keepRunDir) && !interrupted {
