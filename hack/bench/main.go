@@ -178,12 +178,7 @@ func run(ctx context.Context, o options) int {
 		_ = os.RemoveAll(runDir)
 	}
 	if len(rows) > 0 {
-		fmt.Printf("\nimage-refresh run — measured %s on %s (%d CPUs, %s), %s, total %s\n\n",
-			time.Now().Format("2006-01-02"), cpuModel(), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), since(began))
-		printText(os.Stdout, rows)
-		fmt.Println("\nmarkdown:")
-		fmt.Println()
-		printMarkdown(os.Stdout, rows)
+		printReport(rows, began)
 	}
 	if failed || interrupted {
 		return 1
@@ -212,13 +207,19 @@ func runWithoutCluster(ctx context.Context, o options, began time.Time) int {
 		return 1
 	}
 	progress("pollcost: done in %s", since(t))
+	printReport(rows, began)
+	return 0
+}
+
+// printReport prints the figures as aligned text and as markdown for
+// docs/performance.md.
+func printReport(rows []row, began time.Time) {
 	fmt.Printf("\nimage-refresh run — measured %s on %s (%d CPUs, %s), %s, total %s\n\n",
 		time.Now().Format("2006-01-02"), cpuModel(), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, runtime.Version(), since(began))
 	printText(os.Stdout, rows)
 	fmt.Println("\nmarkdown:")
 	fmt.Println()
 	printMarkdown(os.Stdout, rows)
-	return 0
 }
 
 func cpuModel() string {
