@@ -84,7 +84,6 @@ func irsaEnv(t *testing.T, fake http.Handler) {
 		"AWS_REGION":                  "eu-west-1",
 		"AWS_ENDPOINT_URL_STS":        srv.URL,
 		"AWS_ENDPOINT_URL_ECR":        srv.URL,
-		"AWS_ECR_DISABLE_CACHE":       "true",
 		"AWS_CONFIG_FILE":             filepath.Join(dir, "none"),
 		"AWS_SHARED_CREDENTIALS_FILE": filepath.Join(dir, "none"),
 		"AWS_EC2_METADATA_DISABLED":   "true",
@@ -100,6 +99,7 @@ func irsaEnv(t *testing.T, fake http.Handler) {
 func TestECRKeychain_R20_IRSATokenIsExchangedOnceAndRenewedBeforeExpiry(t *testing.T) {
 	fake := &fakeAWS{}
 	irsaEnv(t, fake)
+	home := os.Getenv("HOME")
 	now := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
 	kc := &ecrKeychain{now: func() time.Time { return now }}
 	repo, err := name.NewRepository("123456789012.dkr.ecr.eu-west-1.amazonaws.com/acme/api")
@@ -136,12 +136,18 @@ func TestECRKeychain_R20_IRSATokenIsExchangedOnceAndRenewedBeforeExpiry(t *testi
 		t.Fatalf("password after %s: %q, want the renewed ecr-token-2", ecrTokenReuse, p)
 	}
 	// Other registries get nothing from it and cost no call.
-	other, _ := name.NewRepository("ghcr.io/acme/api")
-	if auth, _ := kc.Resolve(other); auth != authn.Anonymous {
-		t.Fatalf("ghcr.io got %v from the ECR keychain, want anonymous", auth)
+	for _, host := range []string{"ghcr.io", "public.ecr.aws", "123456789012.dkr.ecr.eu-west-1.example.com"} {
+		other, _ := name.NewRepository(host + "/acme/api")
+		if auth, _ := kc.Resolve(other); auth != authn.Anonymous {
+			t.Fatalf("%s got %v from the ECR keychain, want anonymous", host, auth)
+		}
 	}
 	if _, ecrCalls, _ := fakeCounts(fake); ecrCalls != 2 {
 		t.Fatalf("%d ECR calls, want 2", ecrCalls)
+	}
+	// The token stays in memory: nothing was written under HOME (R20).
+	if entries, _ := os.ReadDir(home); len(entries) != 1 { // the projected token file
+		t.Fatalf("HOME holds %d entries, want only the test's token file", len(entries))
 	}
 }
 

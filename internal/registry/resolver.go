@@ -1,7 +1,12 @@
 // Package registry resolves image tags to the digests a registry serves
 // (SPEC R1) and proves that a registry holds a digest (R3), with
 // go-containerregistry doing the protocol and auth. Every call is bounded
-// (R14), classified (Error, Kind) and free of credentials (R20).
+// (R14), classified (Error, Kind) and free of credentials (R20). A steady
+// poll costs one manifest HEAD: ping, token and connection live in a
+// per-repository session (session.go); rate-limit headers pace the polls
+// of their registry (ratelimit.go, C2). Credentials come from pull
+// secrets, the docker config and its helpers, and the cloud's workload
+// identity for ECR, GAR/GCR and ACR hosts (keychain.go).
 package registry
 
 import (
