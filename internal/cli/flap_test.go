@@ -189,6 +189,7 @@ func TestRun_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
 	// The window passes on the clock: the controller rolls by itself. (The
 	// clock is the engine's: steps above stay below rolloutTimeout, or an
 	// attempt in flight would read as overdue.)
+	eventually(t, 30*time.Second, "no attempt in flight", func() bool { return e.annotations("jobs-manager")[e.key("refresh-attempt")] == "" })
 	e.clock.Add(time.Hour)
 	eventually(t, 30*time.Second, "rolled after the window", on(pinB))
 	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 1 {
