@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,67 @@ func TestTick_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
 	}
 	if got := e.image("requests-proxy", "proxy"); got != pinB {
 		t.Errorf("after rearm requests-proxy on %s, want %s", got, pinB)
+	}
+}
+
+// R21 through `run`: the poller sees the tag flip between two digests;
+// the controller rolls twice, then holds the image as tag-flapping (WARN,
+// status row) while the flips go on, and rolls by itself once the injected
+// clock has passed the window.
+func TestRun_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
+	e := newEnv(t)
+	e.clock = &testClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	a := e.seed()
+	cfg := e.config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + seedShape)
+	e.pinAll(cfg)
+	b := e.push("api", "prod")
+	e.reg.MustTag(t, "acme/api", "prod", a)
+	pinA, pinB := e.repo("api")+":prod@"+a, e.repo("api")+":prod@"+b
+	proxy := e.watchDeployment("requests-proxy")
+	ctl := e.startRun(cfg, "--poll-interval", "300ms", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	ctl.waitPasses(t, "control-plane", 0, 1)
+	// on: rolled and confirmed (the record moved), so the move counts.
+	on := func(want string) func() bool {
+		return func() bool {
+			return e.image("requests-proxy", "proxy") == want && e.image("jobs-manager", "api") == want &&
+				strings.HasSuffix(want, "@"+e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")])
+		}
+	}
+	held := func() int { return len(logLines(ctl.Logs(), "WARN", "is flapping", "instead of rolling to "+b)) }
+
+	e.clock.Add(10 * time.Second)
+	e.reg.MustTag(t, "acme/api", "prod", b)
+	eventually(t, 30*time.Second, "move 1 rolled", on(pinB))
+	e.clock.Add(10 * time.Second)
+	e.reg.MustTag(t, "acme/api", "prod", a)
+	eventually(t, 30*time.Second, "move 2 rolled", on(pinA))
+	for i := range 4 { // the budget is spent: each flip to b is held
+		e.clock.Add(10 * time.Second)
+		before := held()
+		e.reg.MustTag(t, "acme/api", "prod", b)
+		eventually(t, 30*time.Second, fmt.Sprintf("flip %d to b held, loudly", i+1), func() bool { return held() > before })
+		if got := e.image("requests-proxy", "proxy"); got != pinA {
+			t.Fatalf("flip %d: requests-proxy on %s while tag-flapping, want %s", i+1, got, pinA)
+		}
+		e.reg.MustTag(t, "acme/api", "prod", a)
+		ctl.kickedPasses(t, e, "control-plane", "jobs-manager")
+	}
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 2 {
+		t.Errorf("requests-proxy moved %d times over 6 flips to b in run, want 2: %v", moves, seen)
+	}
+	e.reg.MustTag(t, "acme/api", "prod", b)
+	eventually(t, 30*time.Second, "held again", func() bool { return held() > 4 })
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "tag-flapping" {
+		t.Errorf("status row %v, want tag-flapping", r)
+	}
+	// The window passes on the clock: the controller rolls by itself. (The
+	// clock is the engine's: steps above stay below rolloutTimeout, or an
+	// attempt in flight would read as overdue.)
+	eventually(t, 30*time.Second, "no attempt in flight", func() bool { return e.annotations("jobs-manager")[e.key("refresh-attempt")] == "" })
+	e.clock.Add(time.Hour)
+	eventually(t, 30*time.Second, "rolled after the window", on(pinB))
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 1 {
+		t.Errorf("after the window requests-proxy moved %d times, want 1: %v", moves, seen)
 	}
 }

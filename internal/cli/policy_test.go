@@ -352,3 +352,49 @@ func TestRun_R24_MaxConcurrentRolloutsRollsGroupsOneAfterTheOther(t *testing.T) 
 		}
 	}
 }
+
+// R22 and R24 windows through `run`: the poller sees a new digest; the
+// controller holds it as waiting (minDigestAge) and window-closed
+// (rolloutWindows), re-pins a revert meanwhile, and rolls once the
+// injected clock is past the age and inside the window.
+func TestRun_R22_R24_AWaitingDigestRollsWhenOldEnoughAndTheWindowOpens(t *testing.T) {
+	e := newEnv(t)
+	e.clock = &testClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)} // a Wednesday
+	a := e.seed()
+	cfg := e.config("minDigestAge: 10m\nrolloutWindows:\n  - days: [Wed]\n    start: \"12:30\"\n    end: \"13:00\"\n" + seedShape)
+	e.pinAll(cfg)
+	pinA := e.repo("api") + ":prod@" + a
+	ctl := e.startRun(cfg, "--poll-interval", "300ms", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	ctl.waitPasses(t, "control-plane", 0, 1)
+	b := e.push("api", "prod")
+	pinB := e.repo("api") + ":prod@" + b
+	proxy := e.watchDeployment("requests-proxy")
+
+	eventually(t, 30*time.Second, "the new digest first seen", func() bool {
+		return e.annotations("jobs-manager")[e.key("first-seen-api")] == b+" 2026-12-02T12:00:00Z"
+	})
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "waiting" {
+		t.Errorf("status row %v, want waiting", r)
+	}
+	// Old enough, but the window is still closed.
+	e.clock.Add(10 * time.Minute)
+	eventually(t, 30*time.Second, "window-closed said", func() bool {
+		return len(logLines(ctl.Logs(), "INFO", "outside rolloutWindows", "opening 2026-12-02T12:30:00Z")) > 0
+	})
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", e.repo("api")+":prod")
+	eventually(t, 30*time.Second, "the revert re-pinned to the recorded digest", func() bool { return e.image("requests-proxy", "proxy") == pinA })
+	ctl.kickedPasses(t, e, "control-plane", "jobs-manager")
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r["state"] != "window-closed" || e.image("requests-proxy", "proxy") != pinA {
+		t.Errorf("status row %v on %s, want window-closed on %s", r, e.image("requests-proxy", "proxy"), pinA)
+	}
+	// The window opens. The clock is the engine's, also for an attempt's
+	// deadline: move it only with no attempt in flight (the re-pin's
+	// confirmed), or that attempt would read as overdue.
+	eventually(t, 30*time.Second, "the re-pin confirmed", func() bool { return e.annotations("jobs-manager")[e.key("refresh-attempt")] == "" })
+	e.clock.Add(20 * time.Minute)
+	eventually(t, 30*time.Second, "rolled inside the window", func() bool { return e.image("requests-proxy", "proxy") == pinB })
+	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 3 {
+		t.Errorf("requests-proxy moved %d times, want 3 (revert, re-pin, roll): %v", moves, seen)
+	}
+}

@@ -88,9 +88,10 @@ type options struct {
 	now func() time.Time
 }
 
-// WithClock sets the clock the rollout policy counts on (R21 churn window,
-// R22 minimum age); the default is time.Now. Tests move it forward instead
-// of sleeping for an hour.
+// WithClock sets the decision engine's clock (refresh.Settings.Now): the
+// rollout policy counts on it (R21 churn window, R22 minimum age, R24
+// windows), and so do the attempt holder's times (C3, C6). The default is
+// time.Now. Tests move it forward instead of sleeping for an hour.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // NewRoot builds the command tree. out and errOut receive the commands'

@@ -61,7 +61,11 @@ func (e *env) startRun(cfg string, extra ...string) *runningController {
 	c.cancel = cancel
 	args := append([]string{"run", "--config", cfg, "--kubeconfig", e.kubeconfig,
 		"--metrics-addr", c.metrics, "--health-addr", c.health}, extra...)
-	root := NewRoot(io.Discard, c)
+	var opts []Option
+	if e.clock != nil {
+		opts = append(opts, WithClock(e.clock.Now))
+	}
+	root := NewRoot(io.Discard, c, opts...)
 	root.SetArgs(args)
 	go func() {
 		defer close(c.done)
