@@ -60,6 +60,9 @@ type Runner struct {
 	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
 	verified  map[string]string         // repository:tag → the digest verify last proved
 	indexes   map[string][]string       // repository@digest → its platform digests (N1)
+	// serviceAccounts holds the imagePullSecrets names of the
+	// ServiceAccounts read, by namespace/name.
+	serviceAccounts map[string]cachedNames
 }
 
 // defaultKeychainTTL bounds how long a pull-secret keychain is reused when
@@ -405,11 +408,20 @@ func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config
 }
 
 // serviceAccountPullSecrets returns the imagePullSecrets of a pod
-// template's ServiceAccount ("default" when it names none). A read that
-// fails is a WARN and resolves without them, as a missing secret does.
+// template's ServiceAccount ("default" when it names none), read at most
+// once per defaultKeychainTTL per ServiceAccount, so that a steady state
+// makes no API request for them (C6 issue). A read that fails is a WARN and
+// resolves without them, as a missing secret does.
 func (r *Runner) serviceAccountPullSecrets(ctx context.Context, img config.Image, namespace, name string) []string {
 	if name == "" {
 		name = "default"
+	}
+	key := namespace + "/" + name
+	r.mu.Lock()
+	cached, ok := r.serviceAccounts[key]
+	r.mu.Unlock()
+	if ok && time.Since(cached.at) < defaultKeychainTTL {
+		return cached.names
 	}
 	callCtx, cancel := context.WithTimeout(ctx, r.Config.APITimeout)
 	defer cancel()
@@ -423,5 +435,16 @@ func (r *Runner) serviceAccountPullSecrets(ctx context.Context, img config.Image
 	for _, s := range sa.ImagePullSecrets {
 		out = append(out, s.Name)
 	}
+	r.mu.Lock()
+	if r.serviceAccounts == nil {
+		r.serviceAccounts = map[string]cachedNames{}
+	}
+	r.serviceAccounts[key] = cachedNames{names: out, at: time.Now()}
+	r.mu.Unlock()
 	return out
+}
+
+type cachedNames struct {
+	names []string
+	at    time.Time
 }
