@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -426,6 +427,9 @@ func (r *Runner) serviceAccountPullSecrets(ctx context.Context, img config.Image
 	callCtx, cancel := context.WithTimeout(ctx, r.Config.APITimeout)
 	defer cancel()
 	sa, err := r.Kube.CoreV1().ServiceAccounts(namespace).Get(callCtx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // no ServiceAccount, no pull secrets of its (the pods cannot start either)
+	}
 	if err != nil {
 		r.Log.Warn("cannot read the ServiceAccount of a target's pods for its imagePullSecrets; resolving without them",
 			"image", img.Name, "namespace", namespace, "serviceAccount", name, "error", err)
