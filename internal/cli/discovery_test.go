@@ -448,3 +448,25 @@ func TestTick_D1_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecrets(t 
 		t.Errorf("recorded %q with the ServiceAccount's pull secret, want %s", got, digest)
 	}
 }
+
+// TestTick_D1_R15_ADiscoveryThatCannotListIsLoudAndTheConfiguredGroupsStillRun:
+// an identity with the explicit form's RBAC only cannot list for
+// discovery: the tick says so (ERROR with the remediation, exit 1) and the
+// configured groups still get their pass.
+func TestTick_D1_R15_ADiscoveryThatCannotListIsLoudAndTheConfiguredGroupsStillRun(t *testing.T) {
+	e := newEnv(t)
+	digest := e.seed()
+	cfg := e.config(seedShape)
+	kubeconfig, _ := e.limitedKubeconfig("jobs-manager", "requests-proxy")
+	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
+	t.Logf("tick exit %d:\n%s", code, logs)
+	if code != 1 {
+		t.Errorf("exit %d, want 1: discovery failed", code)
+	}
+	if len(logLines(logs, "ERROR", "discovery failed", "forbidden", "--discovery=false")) == 0 {
+		t.Errorf("no ERROR naming the failed discovery, the denial and the remedy:\n%s", logs)
+	}
+	if got := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; got != digest {
+		t.Errorf("the configured group did not get its pass: record %q, want %s", got, digest)
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -35,8 +36,15 @@ remediation for anything not pinned (docs/states/). It writes nothing.`,
 				return err
 			}
 			log := newLogger(io.Discard, c.logFormat)
-			if cfg, err = c.withDiscovered(cmd.Context(), cfg, log); err != nil {
-				return err
+			found, discoveryErr := c.withDiscovered(cmd.Context(), cfg, log)
+			if ee := (*ExitError)(nil); errors.As(discoveryErr, &ee) {
+				return discoveryErr
+			}
+			if discoveryErr != nil {
+				// The configured groups are still shown; the failure is said.
+				fmt.Fprintf(cmd.ErrOrStderr(), "image-refresh: %v; only the configured groups are shown\n", discoveryErr)
+			} else {
+				cfg = found
 			}
 			r, err := c.runner(cfg, log, nil)
 			if err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -36,8 +37,18 @@ Exit codes:
 				return err
 			}
 			log := newLogger(cmd.ErrOrStderr(), c.logFormat)
-			if cfg, err = c.withDiscovered(cmd.Context(), cfg, log); err != nil {
-				return err
+			// A discovery that cannot list (RBAC, the API) must not keep the
+			// configured groups from their pass; it is loud (R15) and the
+			// tick exits 1.
+			found, discoveryErr := c.withDiscovered(cmd.Context(), cfg, log)
+			if ee := (*ExitError)(nil); errors.As(discoveryErr, &ee) {
+				return discoveryErr
+			}
+			if discoveryErr != nil {
+				log.Error("discovery failed: the labelled workloads are not managed this tick", "error", discoveryErr,
+					"remediation", "grant list on namespaces and the workload kinds (docs/discovery.md), or pass --discovery=false")
+			} else {
+				cfg = found
 			}
 			m := metrics.New()
 			r, err := c.runner(cfg, log, m)
@@ -52,6 +63,9 @@ Exit codes:
 				if err := m.WriteTextfile(metricsFile); err != nil {
 					log.Warn("could not write the metrics file", "path", metricsFile, "error", err)
 				}
+			}
+			if discoveryErr != nil {
+				return &ExitError{Code: ExitNeedsHuman, Err: discoveryErr}
 			}
 			if res.NeedsHuman() {
 				return &ExitError{Code: ExitNeedsHuman, Err: fmt.Errorf("a group needs attention; see the log lines above or run `%s`", c.statusCommand())}

@@ -292,7 +292,8 @@ func TestTick_InvalidConfigExits2AndWritesNothing(t *testing.T) {
 		want string
 	}{
 		"an unknown flag exits 2":        {[]string{"tick", "--config", cfg, "--kubeconfig", e.kubeconfig, "--bogus"}, "unknown flag: --bogus"},
-		"a missing --config exits 2":     {[]string{"tick", "--kubeconfig", e.kubeconfig}, "--config is required"},
+		"no --config without discovery":  {[]string{"tick", "--kubeconfig", e.kubeconfig, "--discovery=false"}, "--config is required with --discovery=false"},
+		"a watched namespace not a name": {[]string{"tick", "--kubeconfig", e.kubeconfig, "--watch-namespaces", "Not_A_Namespace"}, `--watch-namespaces: "Not_A_Namespace"`},
 		"an unknown log format exits 2":  {[]string{"tick", "--config", cfg, "--kubeconfig", e.kubeconfig, "--log-format", "xml"}, "--log-format"},
 		"a stray argument is refused":    {[]string{"tick", "--config", cfg, "--kubeconfig", e.kubeconfig, "now"}, "now"},
 		"a missing config file exits 2":  {[]string{"tick", "--config", filepath.Join(t.TempDir(), "nope.yaml"), "--kubeconfig", e.kubeconfig}, "nope.yaml"},

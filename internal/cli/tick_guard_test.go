@@ -218,7 +218,8 @@ func TestTick_R4_RBACDenialFailsWithTheAPIError(t *testing.T) {
 	e.seed()
 	kubeconfig, _ := e.limitedKubeconfig("jobs-manager") // not requests-proxy
 	cfg := e.config(seedShape)
-	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
+	// The explicit form's RBAC, so no discovery (it needs list).
+	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig, "--discovery=false")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, logs)
 	}
@@ -252,7 +253,9 @@ func TestTick_R4_RBACDenialOnOneWorkloadLeavesTheOtherGroupsWorking(t *testing.T
 	}
 	kubeconfig, allow := e.limitedKubeconfig("jobs-manager", "worker") // not requests-proxy
 
-	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
+	// The explicit form's RBAC (named workloads only) and so no discovery,
+	// which needs list on namespaces and the workload kinds.
+	code, _, logs := e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig, "--discovery=false")
 	t.Logf("tick with requests-proxy forbidden: exit %d\n%s", code, logs)
 	if code != 1 {
 		t.Errorf("exit %d, want 1: a forbidden target needs a human", code)
@@ -274,7 +277,7 @@ func TestTick_R4_RBACDenialOnOneWorkloadLeavesTheOtherGroupsWorking(t *testing.T
 	}
 
 	allow("jobs-manager", "worker", "requests-proxy") // the operator fixes the RBAC
-	code, _, logs = e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig)
+	code, _, logs = e.run("tick", "--config", cfg, "--kubeconfig", kubeconfig, "--discovery=false")
 	if code != 0 || e.image("jobs-manager", "api") != pinned {
 		t.Errorf("after the RBAC fix: exit %d, jobs-manager %s; want 0 and %s\n%s", code, e.image("jobs-manager", "api"), pinned, logs)
 	}

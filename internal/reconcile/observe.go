@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -62,6 +63,9 @@ type Runner struct {
 	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
 	verified  map[string]string         // repository:tag → the digest verify last proved
 	indexes   map[string][]string       // repository@digest → its platform digests (N1)
+	// serviceAccounts holds the imagePullSecrets names of the
+	// ServiceAccounts read, by namespace/name.
+	serviceAccounts map[string]cachedNames
 }
 
 // defaultKeychainTTL bounds how long a pull-secret keychain is reused when
@@ -407,15 +411,27 @@ func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config
 }
 
 // serviceAccountPullSecrets returns the imagePullSecrets of a pod
-// template's ServiceAccount ("default" when it names none). A read that
-// fails is a WARN and resolves without them, as a missing secret does.
+// template's ServiceAccount ("default" when it names none), read at most
+// once per defaultKeychainTTL per ServiceAccount, so that a steady state
+// makes no API request for them (C6 issue). A read that fails is a WARN and
+// resolves without them, as a missing secret does.
 func (r *Runner) serviceAccountPullSecrets(ctx context.Context, img config.Image, namespace, name string) []string {
 	if name == "" {
 		name = "default"
 	}
+	key := namespace + "/" + name
+	r.mu.Lock()
+	cached, ok := r.serviceAccounts[key]
+	r.mu.Unlock()
+	if ok && time.Since(cached.at) < defaultKeychainTTL {
+		return cached.names
+	}
 	callCtx, cancel := context.WithTimeout(ctx, r.Config.APITimeout)
 	defer cancel()
 	sa, err := r.Kube.CoreV1().ServiceAccounts(namespace).Get(callCtx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // no ServiceAccount, no pull secrets of its (the pods cannot start either)
+	}
 	if err != nil {
 		r.Log.Warn("cannot read the ServiceAccount of a target's pods for its imagePullSecrets; resolving without them",
 			"image", img.Name, "namespace", namespace, "serviceAccount", name, "error", err)
@@ -425,5 +441,16 @@ func (r *Runner) serviceAccountPullSecrets(ctx context.Context, img config.Image
 	for _, s := range sa.ImagePullSecrets {
 		out = append(out, s.Name)
 	}
+	r.mu.Lock()
+	if r.serviceAccounts == nil {
+		r.serviceAccounts = map[string]cachedNames{}
+	}
+	r.serviceAccounts[key] = cachedNames{names: out, at: time.Now()}
+	r.mu.Unlock()
 	return out
+}
+
+type cachedNames struct {
+	names []string
+	at    time.Time
 }
