@@ -26,6 +26,10 @@ func (c *common) withDiscovered(ctx context.Context, cfg *config.Config, log *sl
 	}
 	rc.UserAgent = "image-refresh/" + Version
 	rc.QPS, rc.Burst = 50, 100
+	// Every request of the lists, also the REST mapper's API discovery,
+	// which does not take ctx: a server that never answers must not hold a
+	// render or a tick past apiTimeout (R14).
+	rc.Timeout = cfg.APITimeout
 	cl, err := client.New(rc, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)

@@ -74,7 +74,11 @@ Exit codes:
 			// The labelled workloads are pinned as the configured ones (D1),
 			// from the cluster; no cluster (helm template) leaves them on
 			// their tags, as it does every image without a record (B2).
-			if found, err := c.withDiscovered(cmd.Context(), cfg, nil); err == nil {
+			// Discovery and the record reads share one apiTimeout (R14): a
+			// cluster that never answers costs a deploy that long, once.
+			clusterCtx, cancel := context.WithTimeout(cmd.Context(), cfg.APITimeout)
+			defer cancel()
+			if found, err := c.withDiscovered(clusterCtx, cfg, nil); err == nil {
 				cfg = found
 			} else if ee := (*ExitError)(nil); errors.As(err, &ee) {
 				return err
@@ -89,7 +93,7 @@ Exit codes:
 			if err != nil {
 				return &ExitError{Code: ExitNeedsHuman, Err: fmt.Errorf("the manifests on stdin are not YAML: %w; nothing written", err)}
 			}
-			recorded, unread, err := c.records(cmd.Context(), cfg, stream.Groups())
+			recorded, unread, err := c.records(clusterCtx, cfg, stream.Groups())
 			if err != nil {
 				return err
 			}
