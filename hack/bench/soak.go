@@ -222,8 +222,11 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 	var targets []soakTarget
 	for left := o.workloads; left > 0; {
 		n := min(left, 10+rng.IntN(41))
-		if left-n < 10 {
+		if left-n < 10 { // no group under 10, none over 50
 			n = left
+			if left > 50 {
+				n = left - 10
+			}
 		}
 		i := len(groups)
 		g := group{name: fmt.Sprintf("soak-g%02d", i), ns: soakNS, image: repos[i%nrepos], targets: names(fmt.Sprintf("g%02d", i), n)}
