@@ -103,8 +103,9 @@ bench:
 # bursts and one kube-apiserver restart; then every target must be on its
 # latest digest with every record matching, rollouts and ReplicaSets
 # within what the events caused, heap and goroutines flat; exit 1 if not.
-# About 35 minutes on 2 shared cores. Not part of `make test`. See
-# docs/reliability.md. SOAK_FLAGS=-keep-run-dir keeps the cluster and controller logs.
+# About 25 minutes on 2 shared cores. Not part of `make test`. See
+# docs/reliability.md. SOAK_FLAGS=-keep-run-dir keeps the run directory
+# (cluster logs, controller.log).
 SOAK_FOR ?= 20m
 SOAK_WORKLOADS ?= 500
 SOAK_SEED ?= 1

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -152,12 +153,16 @@ type soakTrack struct {
 	// kube-apiserver's watch cache starts at etcd's current revision) and
 	// re-listed; a template changed more than once in the gap counts once.
 	relists int
-	gapRVs  int64         // resourceVersions skipped by those relists, in all
-	changed chan struct{} // a value after every event (buffered 1)
-	err     error         // the watch ended
+	// maxStreak is the highest resolve-failure streak (R1) an anchor's
+	// annotation held, and where.
+	maxStreak   int
+	maxStreakAt string
+	gapRVs      int64         // resourceVersions skipped by those relists, in all
+	changed     chan struct{} // a value after every event (buffered 1)
+	err         error         // the watch ended
 }
 
-func (s *soakTrack) observe(d *appsv1.Deployment, recordKey func(name string) string) {
+func (s *soakTrack) observe(d *appsv1.Deployment, recordKey, streakKey func(name string) string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.events++
@@ -176,6 +181,11 @@ func (s *soakTrack) observe(d *appsv1.Deployment, recordKey func(name string) st
 	s.distinct[d.Name][img] = struct{}{}
 	if k := recordKey(d.Name); k != "" {
 		s.record[d.Name] = d.Annotations[k]
+	}
+	if k := streakKey(d.Name); k != "" {
+		if n, err := strconv.Atoi(d.Annotations[k]); err == nil && n > s.maxStreak {
+			s.maxStreak, s.maxStreakAt = n, d.Name
+		}
 	}
 	select {
 	case s.changed <- struct{}{}:
@@ -212,8 +222,11 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 	var targets []soakTarget
 	for left := o.workloads; left > 0; {
 		n := min(left, 10+rng.IntN(41))
-		if left-n < 10 {
+		if left-n < 10 { // no group under 10, none over 50
 			n = left
+			if left > 50 {
+				n = left - 10
+			}
 		}
 		i := len(groups)
 		g := group{name: fmt.Sprintf("soak-g%02d", i), ns: soakNS, image: repos[i%nrepos], targets: names(fmt.Sprintf("g%02d", i), n)}
@@ -234,6 +247,12 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 	recordKey := func(name string) string {
 		if i, ok := anchorOf[name]; ok {
 			return keys.Record(groups[i].image)
+		}
+		return ""
+	}
+	streakKey := func(name string) string {
+		if i, ok := anchorOf[name]; ok {
+			return keys.ResolveFailures(groups[i].image)
 		}
 		return ""
 	}
@@ -288,7 +307,7 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 		return nil, err
 	}
 	for i := range list.Items {
-		tr.observe(&list.Items[i], recordKey)
+		tr.observe(&list.Items[i], recordKey, streakKey)
 	}
 	for _, g := range groups {
 		if got := tr.record[g.targets[0]]; got != current[g.image] {
@@ -298,7 +317,7 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		err := soakWatch(wctx, w, tr, list.ResourceVersion, recordKey)
+		err := soakWatch(wctx, w, tr, list.ResourceVersion, recordKey, streakKey)
 		if wctx.Err() != nil {
 			return
 		}
@@ -493,7 +512,7 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 			problems = append(problems, fmt.Sprintf("%s has %d ReplicaSets, bound %d (distinct pod templates seen)", t.name, rsOf[t.name], len(tr.distinct[t.name])))
 		}
 	}
-	watchEvents, relists, gapRVs := tr.events, tr.relists, tr.gapRVs
+	watchEvents, relists, gapRVs, maxStreak, maxStreakAt := tr.events, tr.relists, tr.gapRVs, tr.maxStreak, tr.maxStreakAt
 	tr.mu.Unlock()
 
 	// Heap and goroutines: flat is last ≤ factor × the sample at the
@@ -541,6 +560,8 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 		{"soak: goroutines, first / last / max", fmt.Sprintf("%.0f / %d / %.0f", gors[0], last.goroutines, gors.max()),
 			fmt.Sprintf("bound %.0f", gorBound), fmt.Sprintf("%d samples", len(all)),
 			fmt.Sprintf("flat = last ≤ %.1f × the %s sample + %d", soakHeapFactor, base.at.Round(time.Second), soakGoroutSlack)},
+		{"soak: highest resolve-failure streak on an anchor", fmt.Sprint(maxStreak), "maxReadFailures 8", fmt.Sprint(len(groups)),
+			fmt.Sprintf("the anchors' resolve-failure-streak-<image> annotation (R1) as the watch saw it (highest on %s); not a check: in run every pass of a group during a registry fault counts the poller's cached failure again", maxStreakAt)},
 		{"soak: controller API requests", fmt.Sprintf("%s per min", fmtNum(float64(sum(apiByVerb))/soakMinutes)), "–", fmt.Sprintf("%.1f min", soakMinutes),
 			fmt.Sprintf("by verb, in all: %s; from the schedule's start to converged; the bench's watch saw %d Deployment events", fmtVerbs(apiByVerb, 1), watchEvents)},
 	}
@@ -561,7 +582,7 @@ func measureSoak(ctx context.Context, w *world, o soakOptions) ([]row, error) {
 // ctx ends. A RetryWatcher resumes from the last resourceVersion across
 // dropped connections; when the resourceVersion is gone (410, as after
 // the kube-apiserver restart) it re-lists, diffs, and watches on.
-func soakWatch(ctx context.Context, w *world, tr *soakTrack, rv string, recordKey func(string) string) error {
+func soakWatch(ctx context.Context, w *world, tr *soakTrack, rv string, recordKey, streakKey func(string) string) error {
 	for {
 		rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
 			WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
@@ -579,7 +600,7 @@ func soakWatch(ctx context.Context, w *world, tr *soakTrack, rv string, recordKe
 			}
 			if d, ok := ev.Object.(*appsv1.Deployment); ok {
 				if ev.Type != watch.Bookmark {
-					tr.observe(d, recordKey)
+					tr.observe(d, recordKey, streakKey)
 				}
 				rv = d.ResourceVersion
 			}
@@ -616,7 +637,7 @@ func soakWatch(ctx context.Context, w *world, tr *soakTrack, rv string, recordKe
 		tr.gapRVs += max(0, to-from)
 		tr.mu.Unlock()
 		for i := range list.Items {
-			tr.observe(&list.Items[i], recordKey)
+			tr.observe(&list.Items[i], recordKey, streakKey)
 		}
 		rv = list.ResourceVersion
 	}
