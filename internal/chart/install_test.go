@@ -27,6 +27,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/localcluster"
 	"github.com/image-refresh/image-refresh/internal/testenv"
 	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/internal/testwait"
 )
 
 // world is one install test: a namespace with the workloads, a registry,
@@ -479,11 +480,7 @@ type controller struct {
 func (c *controller) stop(t *testing.T) {
 	t.Helper()
 	c.cancel()
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("controller did not stop within 30 s of SIGTERM")
-	}
+	testwait.Recv(t, c.done, "the controller to stop after SIGTERM")
 }
 
 func (c *controller) Write(p []byte) (int, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/registry"
 	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/internal/testwait"
 )
 
 const secret = "n0tify-s3cret-5d1e9a7c44b2"
@@ -87,11 +88,7 @@ func newWorld(t *testing.T) *world {
 	go func() { defer close(done); w.poller.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	for range 2 { // the first asks of both, in either order
-		select {
-		case <-w.asked:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the poller's first asks did not come")
-		}
+		testwait.Recv(t, w.asked, "the poller's first asks")
 	}
 	armed.Store(true)
 	w.metrics = NewMetrics(prometheus.NewRegistry())
@@ -106,15 +103,7 @@ func (w *world) key(name string) string { return w.reg.Host() + "/acme/" + name 
 
 func (w *world) waitAsked(key string) {
 	w.t.Helper()
-	for {
-		select {
-		case k := <-w.asked:
-			if k == key {
-				return
-			}
-		case <-time.After(10 * time.Second):
-			w.t.Fatalf("the registry was not asked for %s", key)
-		}
+	for testwait.Recv(w.t, w.asked, "the registry to be asked for "+key) != key {
 	}
 }
 
@@ -183,13 +172,8 @@ func TestNotify_APushOfANewDigestIsSeenAtOnceNotAtTheNextInterval(t *testing.T) 
 	if code := w.post("/distribution", bearer(secret), distributionPush(w.reg.Host(), "acme/api", "prod")); code != http.StatusAccepted {
 		t.Fatalf("push notification: %d, want 202", code)
 	}
-	select {
-	case k := <-w.changed:
-		if k != w.key("api") {
-			t.Errorf("change reported for %s", k)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the new digest was not seen; the poll interval is an hour")
+	if k := testwait.Recv(t, w.changed, "the new digest to be seen (the poll interval is an hour)"); k != w.key("api") {
+		t.Errorf("change reported for %s", k)
 	}
 	api := config.Image{Name: "api", Repository: w.reg.Host() + "/acme/api", Tag: "prod"}
 	if got := w.poller.Latest(context.Background(), api, nil).Digest; got != next {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/registry"
+	"github.com/image-refresh/image-refresh/internal/testwait"
 )
 
 // These are unit tests of the scheduling logic with a counting Resolve; the
@@ -44,6 +45,10 @@ func fakeRun(t *testing.T, p *Poller) func(d time.Duration) {
 	waiting() // the first polls are done
 	return func(d time.Duration) {
 		t.Helper()
+		// The fake clock fires only waiters that exist when it steps: a
+		// timer Run creates after the step, already due, would wait for
+		// the next step. So step only while Run waits on its clock.
+		waiting()
 		clk.Step(d)
 		waiting()
 	}
@@ -207,11 +212,7 @@ func (g *gatedResolve) count(key string) int {
 
 func waitStarted(t *testing.T, g *gatedResolve, key string) {
 	t.Helper()
-	select {
-	case <-g.started[key]:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no ask of %s started", key)
-	}
+	testwait.Recv(t, g.started[key], "an ask of "+key+" to start")
 }
 
 func TestPoller_Kick_AsksNowAndAFloodCostsOneAskInFlightPlusOnePending(t *testing.T) {

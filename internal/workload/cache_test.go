@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/internal/testwait"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -164,15 +165,7 @@ func TestCached_C6_AfterTheWatchDeliveredAnOwnWriteTheCacheIsTrusted(t *testing.
 	wc.SetCache(inf)
 	waitFor := func(rv string) {
 		t.Helper()
-		for {
-			select {
-			case got := <-delivered:
-				if got == rv {
-					return
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatalf("the watch never delivered resourceVersion %s", rv)
-			}
+		for testwait.Recv(t, delivered, "the watch to deliver resourceVersion "+rv) != rv {
 		}
 	}
 
