@@ -100,20 +100,20 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		Name: "image_refresh_admission_errors_total",
 		Help: "Admission requests the webhook allowed unchanged because of an internal error (fail open, B1); fix A re-pins what they missed.",
 	})
-	m.TargetOnDigest = register(reg, m.TargetOnDigest)
-	m.PodsOffDigest = register(reg, m.PodsOffDigest)
-	m.GroupLockedOut = register(reg, m.GroupLockedOut)
-	m.NeedsAttention = register(reg, m.NeedsAttention)
-	m.Repins = register(reg, m.Repins)
-	m.RegistryRequests = register(reg, m.RegistryRequests)
-	m.ReconcileErrors = register(reg, m.ReconcileErrors)
-	m.LastTick = register(reg, m.LastTick)
-	m.Passes = register(reg, m.Passes)
-	m.RevertRepin = register(reg, m.RevertRepin)
-	m.Fights = register(reg, m.Fights)
-	m.RearmedByNewDigest = register(reg, m.RearmedByNewDigest)
-	m.AdmissionPins = register(reg, m.AdmissionPins)
-	m.AdmissionErrors = register(reg, m.AdmissionErrors)
+	m.TargetOnDigest = Register(reg, m.TargetOnDigest)
+	m.PodsOffDigest = Register(reg, m.PodsOffDigest)
+	m.GroupLockedOut = Register(reg, m.GroupLockedOut)
+	m.NeedsAttention = Register(reg, m.NeedsAttention)
+	m.Repins = Register(reg, m.Repins)
+	m.RegistryRequests = Register(reg, m.RegistryRequests)
+	m.ReconcileErrors = Register(reg, m.ReconcileErrors)
+	m.LastTick = Register(reg, m.LastTick)
+	m.Passes = Register(reg, m.Passes)
+	m.RevertRepin = Register(reg, m.RevertRepin)
+	m.Fights = Register(reg, m.Fights)
+	m.RearmedByNewDigest = Register(reg, m.RearmedByNewDigest)
+	m.AdmissionPins = Register(reg, m.AdmissionPins)
+	m.AdmissionErrors = Register(reg, m.AdmissionErrors)
 	m.RateLimit = newRateLimit(reg)
 	return m
 }
@@ -129,10 +129,10 @@ func (m *Metrics) WriteTextfile(path string) error {
 	return prometheus.WriteToTextfile(path, m.gatherer)
 }
 
-// register adds c to reg, or returns the collector already registered under
+// Register adds c to reg, or returns the collector already registered under
 // the same name: two controllers in one process (tests) share the
 // process-wide registry controller-runtime serves.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {

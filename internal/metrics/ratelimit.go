@@ -18,15 +18,15 @@ type RateLimit struct {
 
 func newRateLimit(reg prometheus.Registerer) RateLimit {
 	return RateLimit{
-		Limit: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Limit: Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_registry_ratelimit_limit",
 			Help: "The registry's RateLimit-Limit from its last manifest answer that carried one.",
 		}, []string{"registry"})),
-		Remaining: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Remaining: Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_registry_ratelimit_remaining",
 			Help: "The registry's RateLimit-Remaining from its last manifest answer that carried one.",
 		}, []string{"registry"})),
-		PollInterval: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		PollInterval: Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_registry_poll_interval_seconds",
 			Help: "The poll interval in force for a registry that announced a rate limit: the configured one, or longer while its remaining budget would not last it (C2).",
 		}, []string{"registry"})),

@@ -28,6 +28,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/metrics"
 )
 
 // MaxBody is the largest body accepted: a Distribution envelope of a push
@@ -208,30 +209,17 @@ type Metrics struct {
 // registered there (several `run` in one test process).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return &Metrics{
-		Received: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Received: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "image_refresh_notify_received_total",
 			Help: "Push notification requests received, by sender.",
 		}, []string{"sender"})),
-		Rejected: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Rejected: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "image_refresh_notify_rejected_total",
 			Help: "Push notification requests refused, by sender and reason (auth, size, malformed, method, standby).",
 		}, []string{"sender", "reason"})),
-		Hints: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Hints: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "image_refresh_notify_hints_total",
 			Help: "repository:tags named by push notifications, by sender and result (accepted: polled now; ignored-unknown: not managed).",
 		}, []string{"sender", "result"})),
 	}
-}
-
-func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
 }

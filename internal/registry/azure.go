@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -36,18 +35,11 @@ const acrUser = "00000000-0000-0000-0000-000000000000"
 // never reach an error or a log (R20): failures say which step failed and
 // its HTTP status only.
 type acrKeychain struct {
-	mu     sync.Mutex
-	cached map[string]acrCredential
-	now    func() time.Time
+	hostCredentials
 	client *http.Client
 	// exchangeURL is the registry's token exchange endpoint;
 	// https://<host>/oauth2/exchange unless a test points it elsewhere.
 	exchangeURL func(host string) string
-}
-
-type acrCredential struct {
-	refreshToken string
-	renewAt      time.Time
 }
 
 // azureKeychain is the process's one ACR keychain, shared by every image.
@@ -76,18 +68,21 @@ func (k *acrKeychain) ResolveContext(ctx context.Context, res authn.Resource) (a
 	if clientID == "" || tenant == "" || tokenFile == "" {
 		return authn.Anonymous, nil // no workload identity here
 	}
-	now := time.Now
-	if k.now != nil {
-		now = k.now
+	auth, err := k.get(host, acrTokenReuse, func() (authn.AuthConfig, error) {
+		return k.exchange(ctx, host, clientID, tenant, tokenFile)
+	})
+	if err != nil {
+		return nil, err
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if c, ok := k.cached[host]; ok && now().Before(c.renewAt) {
-		return authn.FromConfig(authn.AuthConfig{Username: acrUser, Password: c.refreshToken}), nil
-	}
+	return authn.FromConfig(auth), nil
+}
+
+// exchange trades the pod's federated token for an Entra ID access token,
+// and that for an ACR refresh token, the password of acrUser.
+func (k *acrKeychain) exchange(ctx context.Context, host, clientID, tenant, tokenFile string) (authn.AuthConfig, error) {
 	assertion, err := os.ReadFile(tokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("azure workload identity: read AZURE_FEDERATED_TOKEN_FILE: %w", err)
+		return authn.AuthConfig{}, fmt.Errorf("azure workload identity: read AZURE_FEDERATED_TOKEN_FILE: %w", err)
 	}
 	authority := os.Getenv("AZURE_AUTHORITY_HOST")
 	if authority == "" {
@@ -103,7 +98,7 @@ func (k *acrKeychain) ResolveContext(ctx context.Context, res authn.Resource) (a
 		"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
 		"client_assertion":      {strings.TrimSpace(string(assertion))},
 	}, &aad); err != nil || aad.AccessToken == "" {
-		return nil, fmt.Errorf("azure workload identity: Entra ID token for %s: %w", host, orEmpty(err, "no access_token in the answer"))
+		return authn.AuthConfig{}, fmt.Errorf("azure workload identity: Entra ID token for %s: %w", host, orEmpty(err, "no access_token in the answer"))
 	}
 	exchange := "https://" + host + "/oauth2/exchange"
 	if k.exchangeURL != nil {
@@ -118,13 +113,9 @@ func (k *acrKeychain) ResolveContext(ctx context.Context, res authn.Resource) (a
 		"tenant":       {tenant},
 		"access_token": {aad.AccessToken},
 	}, &acr); err != nil || acr.RefreshToken == "" {
-		return nil, fmt.Errorf("azure workload identity: ACR refresh token for %s: %w", host, orEmpty(err, "no refresh_token in the answer"))
+		return authn.AuthConfig{}, fmt.Errorf("azure workload identity: ACR refresh token for %s: %w", host, orEmpty(err, "no refresh_token in the answer"))
 	}
-	if k.cached == nil {
-		k.cached = map[string]acrCredential{}
-	}
-	k.cached[host] = acrCredential{refreshToken: acr.RefreshToken, renewAt: now().Add(acrTokenReuse)}
-	return authn.FromConfig(authn.AuthConfig{Username: acrUser, Password: acr.RefreshToken}), nil
+	return authn.AuthConfig{Username: acrUser, Password: acr.RefreshToken}, nil
 }
 
 // post sends a form and decodes a JSON answer; its errors hold the status,

@@ -73,7 +73,7 @@ func TestACRKeychain_R20_WorkloadIdentityExchangedOnceAndRenewedBeforeExpiry(t *
 	fake := &fakeAzure{}
 	srv := azureEnv(t, fake)
 	now := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
-	kc := &acrKeychain{now: func() time.Time { return now }, exchangeURL: func(string) string { return srv.URL + "/oauth2/exchange" }}
+	kc := &acrKeychain{hostCredentials: hostCredentials{now: func() time.Time { return now }}, exchangeURL: func(string) string { return srv.URL + "/oauth2/exchange" }}
 	repo, err := name.NewRepository("acme.azurecr.io/team/api")
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -34,16 +33,7 @@ var ecrHost = regexp.MustCompile(`^[0-9]{12}\.dkr[.-]ecr(?:-fips)?\.([a-z0-9-]+)
 // STS and an ECR call, so the answer is kept in memory per host for
 // ecrTokenReuse; a failed lookup is not kept. Other hosts (and ECR Public,
 // which serves anonymously) get nothing from it.
-type ecrKeychain struct {
-	mu     sync.Mutex
-	cached map[string]ecrCredential
-	now    func() time.Time
-}
-
-type ecrCredential struct {
-	auth    authn.AuthConfig
-	renewAt time.Time
-}
+type ecrKeychain struct{ hostCredentials }
 
 // awsKeychain is the process's one ECR keychain, shared by every image.
 var awsKeychain = &ecrKeychain{}
@@ -59,25 +49,12 @@ func (k *ecrKeychain) ResolveContext(ctx context.Context, res authn.Resource) (a
 	if m == nil {
 		return authn.Anonymous, nil
 	}
-	now := time.Now
-	if k.now != nil {
-		now = k.now
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if c, ok := k.cached[host]; ok && now().Before(c.renewAt) {
-		return authn.FromConfig(c.auth), nil
-	}
-	auth, err := ecrToken(ctx, m[1])
+	auth, err := k.get(host, ecrTokenReuse, func() (authn.AuthConfig, error) { return ecrToken(ctx, m[1]) })
 	if err != nil {
 		// No AWS credentials here, or the exchange failed: anonymous, and
 		// ask again next time. The resolve then fails as unauthorized.
 		return authn.Anonymous, nil //nolint:nilerr // a keychain that has nothing answers anonymous
 	}
-	if k.cached == nil {
-		k.cached = map[string]ecrCredential{}
-	}
-	k.cached[host] = ecrCredential{auth: auth, renewAt: now().Add(ecrTokenReuse)}
 	return authn.FromConfig(auth), nil
 }
 

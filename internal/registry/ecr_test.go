@@ -101,7 +101,7 @@ func TestECRKeychain_R20_IRSATokenIsExchangedOnceAndRenewedBeforeExpiry(t *testi
 	irsaEnv(t, fake)
 	home := os.Getenv("HOME")
 	now := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
-	kc := &ecrKeychain{now: func() time.Time { return now }}
+	kc := &ecrKeychain{hostCredentials: hostCredentials{now: func() time.Time { return now }}}
 	repo, err := name.NewRepository("123456789012.dkr.ecr.eu-west-1.amazonaws.com/acme/api")
 	if err != nil {
 		t.Fatal(err)
