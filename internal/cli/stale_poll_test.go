@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/internal/testregistry"
 )
 
 // R1, C3: the controller's poller asks once per interval, so once a tick
@@ -79,4 +81,68 @@ func TestRun_R1_C3_AStalePollAnswerIsAskedAgainBeforeItIsCalledInconsistent(t *t
 	if now := p.Latest(ctx, img, func() authn.Keychain { return nil }); now.Digest != next {
 		t.Errorf("the poller keeps %s, want the fresh answer %s", now.Digest, next)
 	}
+}
+
+// R1: in `run`, a pass runs on every watch event and reads the poller's
+// last answer, which stays the same failure until the poller asks again
+// (its backoff). The read-failure streak counts failed asks of the
+// registry, as a tick's would: passes that re-read one failed answer do
+// not count it again, and do not write the anchor. The next failed ask
+// counts. The passes are `run`'s own Runner and poller, wired as run.go
+// wires them, against the registry answering 503.
+func TestRun_R1_TheResolveFailureStreakCountsFailedAsksNotPasses(t *testing.T) {
+	e := newEnv(t)
+	e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1))
+	e.settle("Deployment", "web")
+	cfgPath := e.config(cfWebGroup)
+	e.pinAll(cfgPath)
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &common{configPath: cfgPath, kubeconfig: e.kubeconfig}
+	r, err := c.runner(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &poller.Poller{Interval: time.Hour, Resolve: func(ctx context.Context, img config.Image) (string, error) {
+		return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
+	}}
+	ctx := context.Background()
+	g, img := cfg.Groups[0], cfg.Groups[0].Images[0]
+	streak := e.key("resolve-failure-streak-web")
+	e.reg.SetFault(testregistry.Fault{Status: http.StatusServiceUnavailable})
+	defer e.reg.ClearFault()
+
+	if res := p.Refresh(ctx, img); res.Err == nil {
+		t.Fatalf("precondition: the poller's ask succeeded under a 503 fault: %+v", res)
+	}
+	pass := func(want string, counts bool) {
+		t.Helper()
+		plan := r.Group(ctx, g, p, reconcile.GroupOptions{NoWait: true})
+		ran := false
+		for _, f := range plan.Findings {
+			ran = ran || strings.Contains(f.Message, "failure "+want+" of")
+		}
+		if !ran {
+			t.Fatalf("the pass did not report failure %s: %+v", want, plan.Findings)
+		}
+		if got := e.stateOf("web")[streak]; got != want {
+			t.Fatalf("streak %q after the pass, want %q", got, want)
+		}
+		if _, wrote := plan.Bookkeeping.Set[streak]; wrote != counts {
+			t.Fatalf("the pass wrote the streak: %v, want %v", wrote, counts)
+		}
+	}
+	pass("1", true)
+	for range 3 {
+		pass("1", false) // the same failed ask, read again
+	}
+	if res := p.Refresh(ctx, img); res.Err == nil {
+		t.Fatalf("the second ask succeeded under a 503 fault: %+v", res)
+	}
+	pass("2", true)
+	pass("2", false)
 }

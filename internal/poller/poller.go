@@ -55,6 +55,7 @@ type entry struct {
 	kickAt   time.Time // when the kicked ask is due
 	next     time.Time
 	failures int
+	asks     uint64        // asks answered, numbering each answer (Resolution.Ask)
 	inflight chan struct{} // closed when the running poll ends
 }
 
@@ -228,6 +229,8 @@ func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	res := refresh.Resolution{Digest: d, Err: err}
 
 	p.mu.Lock()
+	e.asks++
+	res.Ask = e.asks
 	changed := !e.polled || e.res.Digest != res.Digest || (e.res.Err == nil) != (res.Err == nil)
 	e.res, e.polled = res, true
 	if err == nil {

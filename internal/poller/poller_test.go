@@ -285,3 +285,33 @@ func TestPoller_Kick_OnAStandbyReportsNotRunning(t *testing.T) {
 		t.Errorf("Kick without Run = %v, %v; want nothing kicked and not running", keys, running)
 	}
 }
+
+// R1: every answer carries the number of the ask that gave it, so that the
+// controller counts a failed ask once however many passes read it.
+func TestPoller_R1_EachAnswerNamesTheAskThatGaveIt(t *testing.T) {
+	var asks atomic.Int32
+	p := &Poller{Interval: time.Hour, Resolve: func(context.Context, config.Image) (string, error) {
+		asks.Add(1)
+		return "", errors.New("503 Service Unavailable")
+	}}
+	i := img("r/a", "prod", "a")
+	ctx := context.Background()
+	first := p.Latest(ctx, i, nil)
+	again := p.Latest(ctx, i, nil)
+	if asks.Load() != 1 {
+		t.Fatalf("%d asks for two reads of the answer, want 1", asks.Load())
+	}
+	if first.Ask == 0 || again.Ask != first.Ask {
+		t.Errorf("re-reading one answer gave asks %d and %d, want one nonzero number", first.Ask, again.Ask)
+	}
+	next := p.Refresh(ctx, i)
+	if asks.Load() != 2 {
+		t.Fatalf("%d asks after Refresh, want 2", asks.Load())
+	}
+	if next.Ask == first.Ask || next.Ask == 0 {
+		t.Errorf("a new ask's answer is numbered %d, the first's %d: want a new number", next.Ask, first.Ask)
+	}
+	if got := p.Latest(ctx, i, nil); got.Ask != next.Ask {
+		t.Errorf("Latest after Refresh is ask %d, want %d", got.Ask, next.Ask)
+	}
+}

@@ -63,6 +63,9 @@ type Runner struct {
 	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
 	verified  map[string]string         // repository:tag → the digest verify last proved
 	indexes   map[string][]string       // repository@digest → its platform digests (N1)
+	// countedAsks holds, per group and image, the failed registry ask
+	// whose failure a pass stored toward maxReadFailures (R1).
+	countedAsks map[string]uint64
 	// serviceAccounts holds the imagePullSecrets names of the
 	// ServiceAccounts read, by namespace/name.
 	serviceAccounts map[string]cachedNames
@@ -164,6 +167,11 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		if res.Err == nil && img.PinnedDigest == "" && obs.Anchor != nil && obs.Anchor[keys.Record(img.Name)] != res.Digest {
 			// A digest about to be recorded or pinned is verified first (R1).
 			res = r.verifyLatest(ctx, g, img, latest, res, keychain)
+		}
+		if res.Err != nil && res.Ask != 0 {
+			r.mu.Lock()
+			res.Counted = r.countedAsks[askKey(g.Name, img.Name)] == res.Ask
+			r.mu.Unlock()
 		}
 		obs.Latest[img.Name] = res
 		r.observePlatforms(ctx, img, keys, keychain, &obs)

@@ -123,10 +123,39 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 	}
 	if !opts.DryRun {
 		r.Execute(ctx, plan, snap)
+		r.countAsks(g, plan, snap)
 	}
 	r.report(ctx, plan, snap, opts.DryRun)
 	return plan
 }
+
+// countAsks remembers each failed registry ask whose failure the pass
+// stored on the anchor, so that the next passes, which read the same
+// cached answer of the poller until it asks again, do not count it again
+// (R1: the streak counts failed asks, not passes).
+func (r *Runner) countAsks(g config.Group, plan *refresh.Plan, snap Snapshot) {
+	if plan.Failed != nil {
+		return
+	}
+	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, img := range g.Images {
+		res := snap.Observation.Latest[img.Name]
+		if res.Err == nil || res.Ask == 0 {
+			continue
+		}
+		if _, stored := plan.Bookkeeping.Set[keys.ResolveFailures(img.Name)]; !stored {
+			continue
+		}
+		if r.countedAsks == nil {
+			r.countedAsks = map[string]uint64{}
+		}
+		r.countedAsks[askKey(g.Name, img.Name)] = res.Ask
+	}
+}
+
+func askKey(group, image string) string { return group + "\x00" + image }
 
 // Refresher is a Latest whose answers may be older than the pass that reads
 // them: the controller's poller, which asks once per interval (C2).

@@ -302,6 +302,21 @@ func (d *decision) counter(key string) (n int, atCeiling bool) {
 	return n, n >= d.s.MaxReadFailures
 }
 
+// resolveFailure counts a failed registry answer for img toward
+// maxReadFailures (R1), once per ask: an answer an earlier pass counted
+// (counted) reports the stored streak and writes nothing, unless the
+// streak is not stored (then it is counted now).
+func (d *decision) resolveFailure(img config.Image, counted bool) (n int, atCeiling bool) {
+	key := d.keys.ResolveFailures(img.Name)
+	if counted {
+		v, ok := d.value(key)
+		if n, err := state.ParseCounter(v, ok); err == nil && n > 0 {
+			return n, n >= d.s.MaxReadFailures
+		}
+	}
+	return d.counter(key)
+}
+
 func (d *decision) clear(w *Write, key string) {
 	if _, ok := d.value(key); ok {
 		w.set(key, nil, d.ann)
@@ -324,7 +339,7 @@ func (d *decision) image(img config.Image) {
 		}
 	}
 	if err != nil {
-		n, ceiling := d.counter(d.keys.ResolveFailures(img.Name))
+		n, ceiling := d.resolveFailure(img, res.Counted)
 		msg := fmt.Sprintf("resolve %s:%s: %v; image skipped this tick (failure %d of %d)", img.Repository, img.Tag, err, n, d.s.MaxReadFailures)
 		f := Finding{Severity: SeverityWarn, Image: img.Name, Message: msg}
 		if ceiling {

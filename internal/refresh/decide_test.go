@@ -101,6 +101,27 @@ func TestDecide_R1_ResolveFailuresSkipTheImageAndCount(t *testing.T) {
 				rows:        []string{"api web/api: error"},
 			},
 		},
+		"a failed ask an earlier pass counted reports the stored streak and writes nothing": {
+			obs: base(countedErr("api", registry503), withAnchor(ann(streak, "1"))),
+			want: want{
+				findings: []string{"api: WARN - benign"},
+				rows:     []string{"api web/api: error"},
+			},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "failure 1 of 3")
+			},
+		},
+		"a counted failed ask at maxReadFailures is still an ERROR that needs a human": {
+			obs: base(countedErr("api", registry503), withAnchor(ann(streak, "3"))),
+			want: want{
+				findings: []string{"api: ERROR RefreshError needs-human"},
+				rows:     []string{"api web/api: error"},
+			},
+		},
+		"a counted failed ask whose streak is not stored is counted": {
+			obs:  base(countedErr("api", registry503)),
+			want: skipped,
+		},
 		"a digest with a short uppercase hex is never pinned":   invalid("sha256:ABC"),
 		"a digest with 64 uppercase hex digits is never pinned": invalid("sha256:" + strings.Repeat("A", 64)),
 		"a tag name in place of a digest is never pinned":       invalid("latest"),

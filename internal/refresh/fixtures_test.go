@@ -154,6 +154,12 @@ func resolveErr(image string, err error) obsOpt {
 	return func(o *Observation) { o.Latest[image] = Resolution{Err: err} }
 }
 
+// countedErr is a failed answer of the controller's poller that an earlier
+// pass already counted (R1).
+func countedErr(image string, err error) obsOpt {
+	return func(o *Observation) { o.Latest[image] = Resolution{Err: err, Ask: 7, Counted: true} }
+}
+
 func notSettled(w config.Workload, reason string) obsOpt {
 	return func(o *Observation) {
 		st := o.Workloads[w]

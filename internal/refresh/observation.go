@@ -159,6 +159,16 @@ type Container struct {
 type Resolution struct {
 	Digest string
 	Err    error
+	// Ask numbers the registry ask that gave this answer (the controller's
+	// poller counts its asks per repository:tag); 0 is an ask of this pass
+	// (a tick's own).
+	Ask uint64
+	// Counted marks a failed answer that an earlier pass of the group
+	// already counted toward maxReadFailures (R1): the controller passes on
+	// every watch event, and the streak counts failed asks of the
+	// registry, as a tick's would, not passes that re-read one cached
+	// failure.
+	Counted bool
 }
 
 // Proof is the answer to "does this other registry hold the digest?" (R3).
