@@ -325,12 +325,12 @@ func testHelmB3(t *testing.T, e *env, h *helmCLI) {
 	}
 }
 
-func TestHelm_B2_FiftyUpgradesDoNotGrowReplicaSets(t *testing.T) {
+func TestHelm_B2_TwentyUpgradesDoNotGrowReplicaSets(t *testing.T) {
 	eachHelm(t, testHelmB2)
 }
 
 func testHelmB2(t *testing.T, e *env, h *helmCLI) {
-	const upgrades = 50
+	const upgrades = 20
 	first, tag, cfg := e.hbSetup()
 	chart := hbChart(t, tag)
 	pr := h.postRenderer(cfg, "--namespace="+e.ns)
