@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -398,3 +399,85 @@ func TestRun_R22_R24_AWaitingDigestRollsWhenOldEnoughAndTheWindowOpens(t *testin
 		t.Errorf("requests-proxy moved %d times, want 3 (revert, re-pin, roll): %v", moves, seen)
 	}
 }
+
+// R23 through `run`: a rollout whose pods never become Ready locks the
+// group out on digest B (rolloutTimeout 4s, maxRefreshAttempts 2). The
+// registry publishes C: the controller's next pass re-arms the group by
+// itself (RearmedByNewDigest Event and metric) and rolls C, although the
+// group is still unsettled by its stuck rollout of B (R23 replaces it; R4
+// alone would skip the group until it froze). The tag pushed back to B: B
+// is quarantined, logged and never written to the Deployment.
+func TestRun_R23_ANewDigestRearmsALockedOutGroupAndTheLockedOnDigestIsNeverTried(t *testing.T) {
+	const gate = "lb.acme.example/target-healthy"
+	e := newEnv(t)
+	e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
+		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4))
+	e.settle("Deployment", "web")
+	groups := "groups:\n" + oneGroup("fixes", "web", "web", "web")
+	e.pinAll(e.config(groups))
+	lb := e.startGateOwner("web", gate)
+	cfg := e.config("rolloutTimeout: 4s\nmaxRefreshAttempts: 2\n" + groups)
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	rearms := func() int {
+		_, body := get("http://" + ctl.metrics + "/metrics")
+		v, _ := metricValue(body, "image_refresh_rearmed_by_new_digest_total", map[string]string{"group": "fixes"})
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	rearmsBefore := rearms() // the registry is process-wide
+
+	hist := e.watchDeployment("web")
+	b := e.push("web", "prod")
+	lb.fail(b) // its pods run but never become Ready
+	flapKey, attemptKey, lockedOnKey, recordKey := e.key("refresh-flap-detected"), e.key("refresh-attempt"), e.key("locked-on-web"), e.key("last-refreshed-web-digest")
+	eventually(t, 2*time.Minute, "locked out on B after 2 attempts", func() bool {
+		st := e.stateOf("web")
+		return st[flapKey] == "2" && st[lockedOnKey] == b
+	})
+	if got := e.image("web", "web"); got != tag+"@"+b {
+		t.Fatalf("locked out with web on %s, want the stuck %s", got, tag+"@"+b)
+	}
+
+	// The registry publishes a fixed build C while web is still stuck on B.
+	c := e.push("web", "prod")
+	eventually(t, 60*time.Second, "the RearmedByNewDigest Event naming C", func() bool {
+		return hasEvent(e.events("web"), "RearmedByNewDigest", c)
+	})
+	eventually(t, 60*time.Second, "C rolled, settled and recorded, attempt and lockout cleared", func() bool {
+		st := e.stateOf("web")
+		return e.image("web", "web") == tag+"@"+c && st[recordKey] == c && st[flapKey] == "" && st[attemptKey] == ""
+	})
+	if n := rearms() - rearmsBefore; n != 1 {
+		t.Errorf("image_refresh_rearmed_by_new_digest_total{group=\"fixes\"} rose by %d, want 1", n)
+	}
+	if got := e.stateOf("web")[lockedOnKey]; got != b {
+		t.Errorf("%s = %q after the re-arm, want %s still quarantined", lockedOnKey, got, b)
+	}
+	rolledC, _ := hist.first(func(v deployVersion) bool { return v.images["web"] == tag+"@"+c })
+
+	// The tag back on B: quarantined, never tried. The WARN is the pass
+	// that saw it; a kicked pass after it must not try B either.
+	e.reg.MustTag(t, "acme/web", "prod", b)
+	eventually(t, 60*time.Second, "the quarantine WARN naming B", func() bool {
+		return len(logLines(ctl.Logs(), "WARN", "quarantined", b)) > 0
+	})
+	ctl.kickedPasses(t, e, "fixes", "web")
+	for _, v := range hist.take() {
+		if v.images["web"] == tag+"@"+b && v.at.After(rolledC.at) {
+			t.Errorf("the quarantined digest B was written to web after C rolled: %s", v)
+		}
+	}
+	if got := e.image("web", "web"); got != tag+"@"+c {
+		t.Errorf("web on %s with the tag on the quarantined B, want %s", got, tag+"@"+c)
+	}
+	if !hasEvent(e.events("web"), "DigestQuarantined", b) {
+		t.Errorf("no DigestQuarantined Event naming B %s: %q", b, e.events("web"))
+	}
+	if r := row(e.status(cfg), "web", "web"); r["state"] != "quarantined" || !strings.Contains(r["message"].(string), b) {
+		t.Errorf("status row %v, want quarantined naming %s", r, b)
+	}
+}
+
