@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/testenv"
 )
 
@@ -481,3 +482,66 @@ func TestRun_R23_ANewDigestRearmsALockedOutGroupAndTheLockedOnDigestIsNeverTried
 	}
 }
 
+// R24 after a restart, with discovery (D1): a group discovered by label
+// whose rollout a previous leader left in flight (attempt 1 and its holder
+// on the anchor, the rollout not settled) takes the one slot of
+// maxConcurrentRollouts 1, so a configured group whose digest changed is
+// queued until that rollout settled. With one worker the configured
+// group's first pass runs before the first discovery pass: the slots must
+// be counted from the discovered groups' anchors too, not from the
+// configured ones alone.
+func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(t *testing.T) {
+	e := discoveryEnv(t)
+	first := e.push("api", "prod")
+	e.push("agent", "prod")
+	apiTag, agentTag := e.repo("api")+":prod", e.repo("agent")+":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "conf", testenv.WithContainer("app", apiTag))
+	e.settle("Deployment", "conf")
+	e.gated("disc", agentTag, 1)
+	e.enable("Deployment", "disc")
+	cfg := e.config("maxConcurrentRollouts: 1\ngroups:\n" + oneGroup("conf", "api", "conf", "app"))
+	for range 2 { // first observation, then the pins
+		if code, logs := e.discoveryTick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d:\n%s", code, logs)
+		}
+	}
+	if got := e.image("conf", "app"); got != apiTag+"@"+first {
+		t.Fatalf("setup: conf on %s", got)
+	}
+	discGroup := e.ns + "/deployment/disc"
+
+	// A previous leader re-imaged disc to a new digest under attempt 1 and
+	// died; that rollout has not settled (its pods are not Ready yet).
+	lb := e.startGateOwner("disc", c6Gate)
+	newAgent := e.push("agent", "prod")
+	lb.fail(newAgent)
+	e.annotate("disc", map[string]*string{
+		e.key("refresh-attempt"):        ptr("1"),
+		e.key("refresh-attempt-holder"): ptr(state.Holder{Instance: "previous-leader", Since: time.Now()}.String()),
+	})
+	e.writeImageAs("image-refresh", "Deployment", "disc", "web", agentTag+"@"+newAgent)
+	next := e.push("api", "prod") // conf's digest changes while the leader is away
+
+	ctl := e.startRun(cfg, "--workers", "1", "--watch-namespaces", e.ns, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	eventually(t, 60*time.Second, "conf queued behind the discovered group's rollout", func() bool {
+		return len(logLines(ctl.Logs(), "INFO", "queued:", discGroup, "group=conf")) > 0
+	})
+	// Two more passes of conf while disc is still rolling: still queued.
+	ctl.kickedPasses(t, e, "conf", "conf")
+	if got := e.image("conf", "app"); got != apiTag+"@"+first {
+		t.Fatalf("conf re-imaged to %s while the discovered group's rollout was in flight, with maxConcurrentRollouts 1", got)
+	}
+	if r := row(e.status(cfg), "conf", "app"); r["state"] != "queued" {
+		t.Errorf("status row of conf %v, want queued", r)
+	}
+
+	// disc's rollout settles: its pass confirms it and conf takes the slot.
+	lb.fail("")
+	eventually(t, 60*time.Second, "conf rolled once the discovered group's rollout settled", func() bool {
+		return e.image("conf", "app") == apiTag+"@"+next
+	})
+	if got := e.annotations("disc")[e.key("refresh-attempt")]; got != "" {
+		t.Errorf("disc's attempt %q after conf rolled, want it confirmed and cleared first", got)
+	}
+}
