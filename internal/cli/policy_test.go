@@ -545,3 +545,63 @@ func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(
 		t.Errorf("disc's attempt %q after conf rolled, want it confirmed and cleared first", got)
 	}
 }
+
+// R24 through `run` and `status`: maxConcurrentRollouts 1, two groups whose
+// image changes at once. The rollout of the group that took the slot is
+// held unfinished (its new pods are not Ready) so that the other group
+// waits for as long as the test looks: `status`, a separate process that
+// reads the anchors, shows it `queued` naming the group that rolls, and
+// its Deployment is untouched. Once the first rollout settles, the queued
+// group rolls.
+func TestRun_R24_StatusSaysQueuedForAGroupWaitingForARolloutSlot(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	names := []string{"q1", "q2"}
+	gates := map[string]*gateOwner{}
+	groups := "groups:\n"
+	for _, n := range names {
+		e.gated(n, tag, 1)
+		gates[n] = e.startGateOwner(n, c6Gate)
+		groups += oneGroup("g-"+n, "api", n, "web")
+	}
+	cfg := e.config("maxConcurrentRollouts: 1\n" + groups)
+	e.pinAll(cfg)
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	for _, n := range names {
+		ctl.waitPasses(t, "g-"+n, 0, 1)
+	}
+	next := e.push("api", "prod")
+	for _, n := range names {
+		gates[n].fail(next) // the new pods stay unready until healed
+	}
+	var rolling, waiting string
+	eventually(t, 60*time.Second, "one group rolling, the other queued", func() bool {
+		for i, n := range names {
+			other := names[1-i]
+			if e.image(n, "web") == tag+"@"+next && len(logLines(ctl.Logs(), "INFO", "queued:", "group=g-"+other)) > 0 {
+				rolling, waiting = n, other
+				return true
+			}
+		}
+		return false
+	})
+	r := row(e.status(cfg), waiting, "web")
+	if r["state"] != "queued" || !strings.Contains(r["message"].(string), "g-"+rolling) {
+		t.Errorf("status row of %s = %v, want queued naming g-%s", waiting, r, rolling)
+	}
+	if got := e.image(waiting, "web"); got != tag+"@"+first {
+		t.Errorf("%s on %s while queued, want %s", waiting, got, tag+"@"+first)
+	}
+
+	// The first rollout settles: the queued group takes the slot.
+	gates[rolling].fail("")
+	gates[waiting].fail("")
+	eventually(t, 60*time.Second, "the queued group rolled once the slot was free", func() bool {
+		return e.image(waiting, "web") == tag+"@"+next && e.annotations(waiting)[e.key("last-refreshed-api-digest")] == next
+	})
+	if r := row(e.status(cfg), waiting, "web"); r["state"] != "pinned" {
+		t.Errorf("status row of %s after its rollout %v, want pinned", waiting, r)
+	}
+}
