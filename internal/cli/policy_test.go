@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/testenv"
 )
 
@@ -396,5 +398,210 @@ func TestRun_R22_R24_AWaitingDigestRollsWhenOldEnoughAndTheWindowOpens(t *testin
 	eventually(t, 30*time.Second, "rolled inside the window", func() bool { return e.image("requests-proxy", "proxy") == pinB })
 	if moves, seen := imageMoves(proxy.take(), "proxy", pinA); moves != 3 {
 		t.Errorf("requests-proxy moved %d times, want 3 (revert, re-pin, roll): %v", moves, seen)
+	}
+}
+
+// R23 through `run`: a rollout whose pods never become Ready locks the
+// group out on digest B (rolloutTimeout 4s, maxRefreshAttempts 2). The
+// registry publishes C: the controller's next pass re-arms the group by
+// itself (RearmedByNewDigest Event and metric) and rolls C, although the
+// group is still unsettled by its stuck rollout of B (R23 replaces it; R4
+// alone would skip the group until it froze). The tag pushed back to B: B
+// is quarantined, logged and never written to the Deployment.
+func TestRun_R23_ANewDigestRearmsALockedOutGroupAndTheLockedOnDigestIsNeverTried(t *testing.T) {
+	const gate = "lb.acme.example/target-healthy"
+	e := newEnv(t)
+	e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
+		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4))
+	e.settle("Deployment", "web")
+	groups := "groups:\n" + oneGroup("fixes", "web", "web", "web")
+	e.pinAll(e.config(groups))
+	lb := e.startGateOwner("web", gate)
+	cfg := e.config("rolloutTimeout: 4s\nmaxRefreshAttempts: 2\n" + groups)
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	rearms := func() int {
+		_, body := get("http://" + ctl.metrics + "/metrics")
+		v, _ := metricValue(body, "image_refresh_rearmed_by_new_digest_total", map[string]string{"group": "fixes"})
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	rearmsBefore := rearms() // the registry is process-wide
+
+	hist := e.watchDeployment("web")
+	b := e.push("web", "prod")
+	lb.fail(b) // its pods run but never become Ready
+	flapKey, attemptKey, lockedOnKey, recordKey := e.key("refresh-flap-detected"), e.key("refresh-attempt"), e.key("locked-on-web"), e.key("last-refreshed-web-digest")
+	eventually(t, 2*time.Minute, "locked out on B after 2 attempts", func() bool {
+		st := e.stateOf("web")
+		return st[flapKey] == "2" && st[lockedOnKey] == b
+	})
+	if got := e.image("web", "web"); got != tag+"@"+b {
+		t.Fatalf("locked out with web on %s, want the stuck %s", got, tag+"@"+b)
+	}
+
+	// The registry publishes a fixed build C while web is still stuck on B.
+	c := e.push("web", "prod")
+	eventually(t, 60*time.Second, "the RearmedByNewDigest Event naming C", func() bool {
+		return hasEvent(e.events("web"), "RearmedByNewDigest", c)
+	})
+	eventually(t, 60*time.Second, "C rolled, settled and recorded, attempt and lockout cleared", func() bool {
+		st := e.stateOf("web")
+		return e.image("web", "web") == tag+"@"+c && st[recordKey] == c && st[flapKey] == "" && st[attemptKey] == ""
+	})
+	if n := rearms() - rearmsBefore; n != 1 {
+		t.Errorf("image_refresh_rearmed_by_new_digest_total{group=\"fixes\"} rose by %d, want 1", n)
+	}
+	if got := e.stateOf("web")[lockedOnKey]; got != b {
+		t.Errorf("%s = %q after the re-arm, want %s still quarantined", lockedOnKey, got, b)
+	}
+	rolledC, _ := hist.first(func(v deployVersion) bool { return v.images["web"] == tag+"@"+c })
+
+	// The tag back on B: quarantined, never tried. The WARN is the pass
+	// that saw it; a kicked pass after it must not try B either.
+	e.reg.MustTag(t, "acme/web", "prod", b)
+	eventually(t, 60*time.Second, "the quarantine WARN naming B", func() bool {
+		return len(logLines(ctl.Logs(), "WARN", "quarantined", b)) > 0
+	})
+	ctl.kickedPasses(t, e, "fixes", "web")
+	for _, v := range hist.take() {
+		if v.images["web"] == tag+"@"+b && v.at.After(rolledC.at) {
+			t.Errorf("the quarantined digest B was written to web after C rolled: %s", v)
+		}
+	}
+	if got := e.image("web", "web"); got != tag+"@"+c {
+		t.Errorf("web on %s with the tag on the quarantined B, want %s", got, tag+"@"+c)
+	}
+	if !hasEvent(e.events("web"), "DigestQuarantined", b) {
+		t.Errorf("no DigestQuarantined Event naming B %s: %q", b, e.events("web"))
+	}
+	if r := row(e.status(cfg), "web", "web"); r["state"] != "quarantined" || !strings.Contains(r["message"].(string), b) {
+		t.Errorf("status row %v, want quarantined naming %s", r, b)
+	}
+}
+
+// R24 after a restart, with discovery (D1): a group discovered by label
+// whose rollout a previous leader left in flight (attempt 1 and its holder
+// on the anchor, the rollout not settled) takes the one slot of
+// maxConcurrentRollouts 1, so a configured group whose digest changed is
+// queued until that rollout settled. With one worker the configured
+// group's first pass runs before the first discovery pass: the slots must
+// be counted from the discovered groups' anchors too, not from the
+// configured ones alone.
+func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(t *testing.T) {
+	e := discoveryEnv(t)
+	first := e.push("api", "prod")
+	e.push("agent", "prod")
+	apiTag, agentTag := e.repo("api")+":prod", e.repo("agent")+":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "conf", testenv.WithContainer("app", apiTag))
+	e.settle("Deployment", "conf")
+	e.gated("disc", agentTag, 1)
+	e.enable("Deployment", "disc")
+	cfg := e.config("maxConcurrentRollouts: 1\ngroups:\n" + oneGroup("conf", "api", "conf", "app"))
+	for range 2 { // first observation, then the pins
+		if code, logs := e.discoveryTick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d:\n%s", code, logs)
+		}
+	}
+	if got := e.image("conf", "app"); got != apiTag+"@"+first {
+		t.Fatalf("setup: conf on %s", got)
+	}
+	discGroup := e.ns + "/deployment/disc"
+
+	// A previous leader re-imaged disc to a new digest under attempt 1 and
+	// died; that rollout has not settled (its pods are not Ready yet).
+	lb := e.startGateOwner("disc", c6Gate)
+	newAgent := e.push("agent", "prod")
+	lb.fail(newAgent)
+	e.annotate("disc", map[string]*string{
+		e.key("refresh-attempt"):        ptr("1"),
+		e.key("refresh-attempt-holder"): ptr(state.Holder{Instance: "previous-leader", Since: time.Now()}.String()),
+	})
+	e.writeImageAs("image-refresh", "Deployment", "disc", "web", agentTag+"@"+newAgent)
+	next := e.push("api", "prod") // conf's digest changes while the leader is away
+
+	ctl := e.startRun(cfg, "--workers", "1", "--watch-namespaces", e.ns, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	eventually(t, 60*time.Second, "conf queued behind the discovered group's rollout", func() bool {
+		return len(logLines(ctl.Logs(), "INFO", "queued:", discGroup, "group=conf")) > 0
+	})
+	// Two more passes of conf while disc is still rolling: still queued.
+	ctl.kickedPasses(t, e, "conf", "conf")
+	if got := e.image("conf", "app"); got != apiTag+"@"+first {
+		t.Fatalf("conf re-imaged to %s while the discovered group's rollout was in flight, with maxConcurrentRollouts 1", got)
+	}
+	if r := row(e.status(cfg), "conf", "app"); r["state"] != "queued" {
+		t.Errorf("status row of conf %v, want queued", r)
+	}
+
+	// disc's rollout settles: its pass confirms it and conf takes the slot.
+	lb.fail("")
+	eventually(t, 60*time.Second, "conf rolled once the discovered group's rollout settled", func() bool {
+		return e.image("conf", "app") == apiTag+"@"+next
+	})
+	if got := e.annotations("disc")[e.key("refresh-attempt")]; got != "" {
+		t.Errorf("disc's attempt %q after conf rolled, want it confirmed and cleared first", got)
+	}
+}
+
+// R24 through `run` and `status`: maxConcurrentRollouts 1, two groups whose
+// image changes at once. The rollout of the group that took the slot is
+// held unfinished (its new pods are not Ready) so that the other group
+// waits for as long as the test looks: `status`, a separate process that
+// reads the anchors, shows it `queued` naming the group that rolls, and
+// its Deployment is untouched. Once the first rollout settles, the queued
+// group rolls.
+func TestRun_R24_StatusSaysQueuedForAGroupWaitingForARolloutSlot(t *testing.T) {
+	e := newEnv(t)
+	first := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	names := []string{"q1", "q2"}
+	gates := map[string]*gateOwner{}
+	groups := "groups:\n"
+	for _, n := range names {
+		e.gated(n, tag, 1)
+		gates[n] = e.startGateOwner(n, c6Gate)
+		groups += oneGroup("g-"+n, "api", n, "web")
+	}
+	cfg := e.config("maxConcurrentRollouts: 1\n" + groups)
+	e.pinAll(cfg)
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	for _, n := range names {
+		ctl.waitPasses(t, "g-"+n, 0, 1)
+	}
+	next := e.push("api", "prod")
+	for _, n := range names {
+		gates[n].fail(next) // the new pods stay unready until healed
+	}
+	var rolling, waiting string
+	eventually(t, 60*time.Second, "one group rolling, the other queued", func() bool {
+		for i, n := range names {
+			other := names[1-i]
+			if e.image(n, "web") == tag+"@"+next && len(logLines(ctl.Logs(), "INFO", "queued:", "group=g-"+other)) > 0 {
+				rolling, waiting = n, other
+				return true
+			}
+		}
+		return false
+	})
+	r := row(e.status(cfg), waiting, "web")
+	if r["state"] != "queued" || !strings.Contains(r["message"].(string), "g-"+rolling) {
+		t.Errorf("status row of %s = %v, want queued naming g-%s", waiting, r, rolling)
+	}
+	if got := e.image(waiting, "web"); got != tag+"@"+first {
+		t.Errorf("%s on %s while queued, want %s", waiting, got, tag+"@"+first)
+	}
+
+	// The first rollout settles: the queued group takes the slot.
+	gates[rolling].fail("")
+	gates[waiting].fail("")
+	eventually(t, 60*time.Second, "the queued group rolled once the slot was free", func() bool {
+		return e.image(waiting, "web") == tag+"@"+next && e.annotations(waiting)[e.key("last-refreshed-api-digest")] == next
+	})
+	if r := row(e.status(cfg), waiting, "web"); r["state"] != "pinned" {
+		t.Errorf("status row of %s after its rollout %v, want pinned", waiting, r)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	irreconcile "github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -66,8 +67,9 @@ type Controller struct {
 
 	// R24 maxConcurrentRollouts: passes run one at a time when it is set,
 	// so that two workers cannot both take the last slot; rolling holds
-	// the groups with a rollout in flight (read from the anchors once,
-	// then from each group's own pass), queued those waiting for a slot.
+	// the groups with a rollout in flight (read from the anchors of the
+	// configured and the discovered groups once, then from each group's own
+	// pass), queued those waiting for a slot.
 	slots       sync.Mutex
 	rollingOnce sync.Once
 	rolling     map[string]bool
@@ -299,12 +301,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if c.Runner.Config.MaxConcurrentRollouts > 0 {
 		c.slots.Lock()
 		defer c.slots.Unlock()
-		c.rollingOnce.Do(func() {
-			r := c.Runner.RollingGroups(ctx)
-			c.mu.Lock()
-			maps.Copy(c.rolling, r)
-			c.mu.Unlock()
-		})
+		c.rollingOnce.Do(func() { c.readRolling(ctx) })
 		c.mu.Lock()
 		elsewhere = irreconcile.Elsewhere(c.rolling, g.Name)
 		c.mu.Unlock()
@@ -334,6 +331,40 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		after = min(after, max(time.Until(plan.WaitUntil), 0)+time.Second)
 	}
 	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// readRolling reads, once after start, which groups have a rollout in
+// flight from their anchors (R24), so that a restarted leader counts the
+// rollouts a previous one left: the configured groups' anchors and, with
+// discovery, those of the groups discovered by label. These are listed
+// here from the API, as a tick lists them: this runs in the first pass,
+// which may come before the first discovery pass. From then on each
+// group's own pass keeps its entry (track). A list that fails is logged;
+// the discovered groups are then counted from their own passes only.
+func (c *Controller) readRolling(ctx context.Context) {
+	rolling := c.Runner.RollingGroups(ctx)
+	if d := c.discovery; d != nil {
+		prefix := c.Runner.Config.AnnotationPrefix
+		in, err := discovery.List(ctx, d.caches.api, prefix, d.scope)
+		if err != nil {
+			c.Runner.Log.Warn("maxConcurrentRollouts: cannot list the groups discovered by label to count their rollouts in flight; they count from their own passes",
+				"error", err)
+		} else {
+			in.Configured = c.Runner.Config.Groups
+			anchors := map[config.Workload]map[string]string{}
+			for _, obj := range in.Workloads {
+				anchors[config.Workload{Kind: kindOf(obj), Namespace: obj.GetNamespace(), Name: obj.GetName()}] = obj.GetAnnotations()
+			}
+			for _, g := range discovery.Discover(in).Groups {
+				if a, ok := anchors[g.Anchor]; ok && c.Runner.Rolling(a) {
+					rolling[g.Name] = true
+				}
+			}
+		}
+	}
+	c.mu.Lock()
+	maps.Copy(c.rolling, rolling)
+	c.mu.Unlock()
 }
 
 // track keeps whether group has a rollout in flight after its pass (R24):

@@ -57,19 +57,22 @@ func (r *Runner) Tick(ctx context.Context, dryRun bool) Result {
 // is set and below maxRefreshAttempts has a rollout in flight (R24). An
 // anchor that cannot be read counts as not rolling; its own pass reports it.
 func (r *Runner) RollingGroups(ctx context.Context) map[string]bool {
-	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
 	rolling := map[string]bool{}
 	for _, g := range r.Config.Groups {
 		obj, err := r.Workloads.Get(ctx, workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name})
-		if err != nil {
-			continue
-		}
-		v, ok := obj.Annotations[keys.Attempt()]
-		if n, err := state.ParseCounter(v, ok); err == nil && n > 0 && n < r.Config.MaxRefreshAttempts {
+		if err == nil && r.Rolling(obj.Annotations) {
 			rolling[g.Name] = true
 		}
 	}
 	return rolling
+}
+
+// Rolling reports whether an anchor's annotations say that its group has a
+// rollout in flight: an attempt counter set and below maxRefreshAttempts.
+func (r *Runner) Rolling(anchor map[string]string) bool {
+	v, ok := anchor[state.Keys{Prefix: r.Config.AnnotationPrefix}.Attempt()]
+	n, err := state.ParseCounter(v, ok)
+	return err == nil && n > 0 && n < r.Config.MaxRefreshAttempts
 }
 
 // Elsewhere lists the groups of rolling other than group, sorted.

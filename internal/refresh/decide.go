@@ -25,6 +25,7 @@ type decision struct {
 	changes map[config.Workload][]ImageChange
 	order   []config.Workload
 	locked  bool // locked out (R10), after R23's re-arm by a new digest
+	rearmed bool // this pass re-armed the group by a new digest (R23)
 }
 
 // Decide applies the rules of SPEC.md to one group's observation.
@@ -40,7 +41,8 @@ func Decide(s Settings, obs Observation) *Plan {
 	}
 	locked := d.readAttempt()
 	if locked {
-		locked = !d.rearmByNewDigest()
+		d.rearmed = d.rearmByNewDigest()
+		locked = !d.rearmed
 	}
 	d.locked = locked
 	d.readSkipStreak()
@@ -734,7 +736,13 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	// image-refresh's own unconfirmed rollout: R11 waits for it again under
 	// the next attempt, and changes decided now ride along in that attempt
 	// (as the seed's forced retry did), rather than R4 skipping it.
-	unfinished := d.p.Attempts > 0
+	// A group re-armed by a new digest (R23) while still unsettled is
+	// unsettled by its own rollout of the digest it locked on, which will
+	// not settle by itself: the new digest replaces it under attempt 1, as
+	// an unfinished attempt's changes would, instead of R4 skipping the
+	// group until it freezes; it is not queued (R24): the group is rolling
+	// out already.
+	unfinished := d.p.Attempts > 0 || (d.rearmed && !settled)
 	if unfinished && (!settled || len(d.order) > 0) && d.heldElsewhere(settled, notSettled) {
 		return
 	}

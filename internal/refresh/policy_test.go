@@ -192,6 +192,25 @@ func TestDecide_R23_ANewDigestRearmsALockout(t *testing.T) {
 				contains(t, "finding", f.Message, dC)
 			},
 		},
+		"a new digest re-arms a group still stuck rolling out the digest it locked on and is tried at once, not skipped as unsettled (R4)": {
+			obs: func() Observation {
+				o := locked(dB, dC, pinned(dB))
+				notSettled(web, "0 of 1 updated replicas available")(&o)
+				return o
+			}(),
+			want: want{
+				bookkeeping: kv{k.Attempt(): deleted, k.Flap(): deleted, k.Holder(): deleted},
+				findings:    []string{"group: WARN RearmedByNewDigest benign"},
+				rows:        []string{"api web/api: drifted"},
+				repin: &wantRepin{
+					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+					changes: []string{"web: api docker.io/acme/api@<B> -> docker.io/acme/api@<C> (digest-change, helm)"},
+					wait:    []string{"web"},
+					clear:   kv{k.Attempt(): deleted},
+					record:  kv{k.Record("api"): "<C>"},
+				},
+			},
+		},
 		"a group locked before it recorded its digests is not re-armed by a new one": {
 			obs: locked("", dC, pinned(dA)),
 			want: want{
