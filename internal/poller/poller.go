@@ -7,7 +7,10 @@ package poller
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +76,26 @@ func (p *Poller) Add(imgs ...config.Image) {
 			p.entries[Key(img)] = &entry{img: img}
 		}
 	}
+}
+
+// Remove stops polling the repository:tag of each of imgs: the caller
+// removes an image once no group uses its repository:tag any more (a
+// workload let go, a group no longer discovered, D1), so that the registry
+// is not asked for it forever. An ask already running ends normally; its
+// answer is dropped. Latest or Refresh of it later adds it again.
+func (p *Poller) Remove(imgs ...config.Image) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, img := range imgs {
+		delete(p.entries, Key(img))
+	}
+}
+
+// Keys returns the repository:tag keys being polled.
+func (p *Poller) Keys() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.entries))
 }
 
 // Latest returns the last answer for img; before the first poll it polls
@@ -188,8 +211,8 @@ func (p *Poller) pollDue(ctx context.Context) time.Time {
 		}
 		p.poll(ctx, k)
 		p.mu.Lock()
-		if t := p.entries[k].next; t.Before(next) {
-			next = t
+		if e := p.entries[k]; e != nil && e.next.Before(next) { // nil: removed meanwhile
+			next = e.next
 		}
 		p.mu.Unlock()
 	}
@@ -202,6 +225,10 @@ func (p *Poller) pollDue(ctx context.Context) time.Time {
 func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	p.mu.Lock()
 	e := p.entries[key]
+	if e == nil { // removed (Remove) since it was due or added
+		p.mu.Unlock()
+		return refresh.Resolution{Err: fmt.Errorf("%s is no longer polled", key)}
+	}
 	if wait := e.inflight; wait != nil {
 		// One ask at a time per key: share the running one.
 		p.mu.Unlock()
