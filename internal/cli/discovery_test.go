@@ -540,3 +540,48 @@ func TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKee
 	}
 }
 
+// TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget: the
+// webhook of a replica that does not lead knows the discovered groups too
+// (its discovery runs without leadership; only its writes wait for it), so
+// a re-render of a labelled workload is stored pinned whichever replica the
+// API server asks.
+func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag, pinned := e.repo("api")+":prod", e.repo("api")+":prod@"+digest
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+	e.discoveryTick(cfg)
+	e.discoveryTick(cfg)
+	if got := e.image("api", "api"); got != pinned {
+		t.Fatalf("setup: api runs %s, want %s", got, pinned)
+	}
+	e.whLabel("api")
+
+	elect := []string{"--poll-interval", "1h", "--watch-namespaces", e.ns,
+		"--leader-elect", "--leader-election-namespace", e.ns, "--leader-election-lease-duration", "3s"}
+	leader := e.startRun(cfg, elect...) // serves no webhook
+	holder := func() string {
+		l, err := e.c.Client.CoordinationV1().Leases(e.ns).Get(context.Background(), "image-refresh", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	eventually(t, 30*time.Second, "a leader", func() bool { return holder() != "" })
+	leader.waitReady(t)
+	first := holder()
+
+	// The standby serves the webhook alone: whStartProbed returns once a
+	// dry-run re-render of api comes back pinned through it.
+	e.whStartProbed(cfg, "api", map[string]string{"api": tag}, elect...)
+	stored := e.whWrite("helm", "api", map[string]string{"api": tag})
+	if got := whImages(stored)["api"]; got != pinned {
+		t.Errorf("helm's re-render to %s was stored as %s through the standby's webhook, want %s", tag, got, pinned)
+	}
+	if h := holder(); h != first {
+		t.Fatalf("the Lease moved from %q to %q: the webhook's replica was not a standby throughout", first, h)
+	}
+}

@@ -52,7 +52,9 @@ type Controller struct {
 	OnGroups func([]config.Group)
 	// discovery is nil when discovery is off.
 	discovery *discoveryState
-	ctrl      controller.Controller
+	// elected is closed once this replica leads (nil: it always does).
+	elected <-chan struct{}
+	ctrl    controller.Controller
 
 	mu         sync.Mutex
 	configured []config.Group
