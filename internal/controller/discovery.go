@@ -248,6 +248,17 @@ func (c *Controller) discoverPass(ctx context.Context) error {
 	if !leading {
 		return nil
 	}
+	// A pass of a group dropped here that is still running could write
+	// the state back after the let-go: wait for it (lockPass).
+	current := map[string]bool{}
+	for _, g := range res.Groups {
+		current[g.Name] = true
+	}
+	for name := range old {
+		if !current[name] {
+			c.lockPass(name)()
+		}
+	}
 	a := discovery.Adoption{Prefix: prefix, Workloads: c.Runner.Workloads, API: d.caches.api, Scope: d.scope, Log: c.Runner.Log}
 	a.Mark(ctx, in, res)
 	if _, err := a.LetGoUnlabelled(ctx, res.Managed, all); err != nil {
@@ -276,6 +287,14 @@ func unused(old map[string]config.Group, all []config.Group) []config.Image {
 		}
 	}
 	return out
+}
+
+// lockPass takes the pass lock of a group and returns its unlock.
+func (c *Controller) lockPass(group string) func() {
+	m, _ := c.passLocks.LoadOrStore(group, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // leading reports whether this replica is the elected leader (always, with
