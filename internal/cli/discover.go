@@ -10,6 +10,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // withDiscovered returns cfg with the discovered groups after the
@@ -17,8 +18,28 @@ import (
 // render, rearm) list the labelled objects from the API. cfg itself is not
 // changed. With --discovery=false it returns cfg.
 func (c *common) withDiscovered(ctx context.Context, cfg *config.Config, log *slog.Logger) (*config.Config, error) {
+	d, err := c.discoverGroups(ctx, cfg, log)
+	if err != nil || d == nil {
+		return cfg, err
+	}
+	return d.cfg, nil
+}
+
+// discovered is one discovery from the API: the config with the
+// discovered groups, what was listed and found, and the client that
+// listed it.
+type discovered struct {
+	cfg *config.Config
+	in  discovery.Input
+	res discovery.Result
+	api client.Client
+}
+
+// discoverGroups is withDiscovered with what `tick` needs to adopt and let
+// go (D1); nil with --discovery=false.
+func (c *common) discoverGroups(ctx context.Context, cfg *config.Config, log *slog.Logger) (*discovered, error) {
 	if !c.discover {
-		return cfg, nil
+		return nil, nil
 	}
 	rc, err := c.restConfig()
 	if err != nil {
@@ -34,9 +55,9 @@ func (c *common) withDiscovered(ctx context.Context, cfg *config.Config, log *sl
 	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.APITimeout)
+	lctx, cancel := context.WithTimeout(ctx, cfg.APITimeout)
 	defer cancel()
-	in, err := discovery.List(ctx, cl, cfg.AnnotationPrefix, c.watchNamespaces)
+	in, err := discovery.List(lctx, cl, cfg.AnnotationPrefix, c.watchNamespaces)
 	if err != nil {
 		return nil, fmt.Errorf("discovery (turn it off with --discovery=false): %w", err)
 	}
@@ -45,7 +66,21 @@ func (c *common) withDiscovered(ctx context.Context, cfg *config.Config, log *sl
 	logNotes(log, res.Notes)
 	out := *cfg
 	out.Groups = append(append([]config.Group{}, cfg.Groups...), res.Groups...)
-	return &out, nil
+	return &discovered{cfg: &out, in: in, res: res, api: cl}, nil
+}
+
+// adopt marks the anchors of the discovered groups and lets go of the
+// marked workloads no longer labelled (D1): the same code as `run`'s
+// discovery pass. A failed list is loud and returned (R15).
+func (d *discovered) adopt(ctx context.Context, wc *workload.Client, scope []string, log *slog.Logger) error {
+	a := discovery.Adoption{Prefix: d.cfg.AnnotationPrefix, Workloads: wc, API: d.api, Scope: scope, Log: log}
+	a.Mark(ctx, d.in, d.res)
+	lctx, cancel := context.WithTimeout(ctx, d.cfg.APITimeout)
+	defer cancel()
+	if _, err := a.LetGoUnlabelled(lctx, d.res.Managed, d.cfg.Groups); err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	return nil
 }
 
 func logNotes(log *slog.Logger, notes []discovery.Note) {

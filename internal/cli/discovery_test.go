@@ -470,3 +470,118 @@ func TestTick_D1_R15_ADiscoveryThatCannotListIsLoudAndTheConfiguredGroupsStillRu
 		t.Errorf("the configured group did not get its pass: record %q, want %s", got, digest)
 	}
 }
+
+// TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKeepsItsAnchor:
+// a tick lets go of a discovered workload whose label was removed, as run
+// does: its pin stays, its state annotations go, and the log says so. A
+// workload that was discovered and is now named by a configured group
+// keeps its state (configured groups win, D2).
+func TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKeepsItsAnchor(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	testenv.Deployment(t, e.c.Client, e.ns, "claimed", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.settle("Deployment", "claimed")
+	e.enable("Deployment", "api")
+	e.enable("Deployment", "claimed")
+	cfg := e.settings()
+	for i := range 2 {
+		if code, _ := e.discoveryTick(cfg); code != 0 {
+			t.Fatalf("tick %d exit %d, want 0", i+1, code)
+		}
+	}
+	pinned := tag + "@" + digest
+	for _, name := range []string{"api", "claimed"} {
+		if got := e.image(name, "api"); got != pinned {
+			t.Fatalf("setup: %s runs %s, want %s", name, got, pinned)
+		}
+		if a := e.annotations(name); a[e.key("last-refreshed-api-digest")] != digest || a[e.key("discovered-group")] == "" {
+			t.Fatalf("setup: %s has no record or no discovered-group mark: %v", name, a)
+		}
+	}
+
+	// Both labels go; a config now names "claimed" as its group's anchor.
+	e.label("Deployment", "api", map[string]*string{e.key("enabled"): nil})
+	e.label("Deployment", "claimed", map[string]*string{e.key("enabled"): nil})
+	cfg = e.config(`groups:
+  - name: explicit
+    anchor: {kind: Deployment, namespace: {{ns}}, name: claimed}
+    images:
+      - name: api
+        repository: {{reg}}/acme/api
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: claimed, container: api}
+`)
+	code, logs := e.discoveryTick(cfg)
+	if code != 0 {
+		t.Fatalf("tick after the labels went: exit %d, want 0", code)
+	}
+	for k := range e.annotations("api") {
+		if strings.HasPrefix(k, e.prefix+"/") {
+			t.Errorf("api was not let go: it still carries %s", k)
+		}
+	}
+	if got := e.image("api", "api"); got != pinned {
+		t.Errorf("let go changed the image to %s, want the pin %s kept", got, pinned)
+	}
+	if n := len(logLines(logs, "INFO", "let go", "state annotations were removed", "Deployment "+e.ns+"/api\"")); n != 1 {
+		t.Errorf("let go of api logged %d times, want once", n)
+	}
+	// The configured group's pass would record again what a let-go
+	// removed; the mark and the log show that nothing was removed.
+	if n := len(logLines(logs, "INFO", "let go", "Deployment "+e.ns+"/claimed\"")); n != 0 {
+		t.Errorf("the configured group's anchor was let go (%d log lines): a configured group wins", n)
+	}
+	if a := e.annotations("claimed"); a[e.key("discovered-group")] == "" || a[e.key("last-refreshed-api-digest")] != digest {
+		t.Errorf("the configured group's anchor lost its state: %v", a)
+	}
+}
+
+// TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget: the
+// webhook of a replica that does not lead knows the discovered groups too
+// (its discovery runs without leadership; only its writes wait for it), so
+// a re-render of a labelled workload is stored pinned whichever replica the
+// API server asks.
+func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag, pinned := e.repo("api")+":prod", e.repo("api")+":prod@"+digest
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+	e.discoveryTick(cfg)
+	e.discoveryTick(cfg)
+	if got := e.image("api", "api"); got != pinned {
+		t.Fatalf("setup: api runs %s, want %s", got, pinned)
+	}
+	e.whLabel("api")
+
+	elect := []string{"--poll-interval", "1h", "--watch-namespaces", e.ns,
+		"--leader-elect", "--leader-election-namespace", e.ns, "--leader-election-lease-duration", "3s"}
+	leader := e.startRun(cfg, elect...) // serves no webhook
+	holder := func() string {
+		l, err := e.c.Client.CoordinationV1().Leases(e.ns).Get(context.Background(), "image-refresh", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	eventually(t, 30*time.Second, "a leader", func() bool { return holder() != "" })
+	leader.waitReady(t)
+	first := holder()
+
+	// The standby serves the webhook alone: whStartProbed returns once a
+	// dry-run re-render of api comes back pinned through it.
+	e.whStartProbed(cfg, "api", map[string]string{"api": tag}, elect...)
+	stored := e.whWrite("helm", "api", map[string]string{"api": tag})
+	if got := whImages(stored)["api"]; got != pinned {
+		t.Errorf("helm's re-render to %s was stored as %s through the standby's webhook, want %s", tag, got, pinned)
+	}
+	if h := holder(); h != first {
+		t.Fatalf("the Lease moved from %q to %q: the webhook's replica was not a standby throughout", first, h)
+	}
+}

@@ -40,20 +40,30 @@ Exit codes:
 			// A discovery that cannot list (RBAC, the API) must not keep the
 			// configured groups from their pass; it is loud (R15) and the
 			// tick exits 1.
-			found, discoveryErr := c.withDiscovered(cmd.Context(), cfg, log)
+			found, discoveryErr := c.discoverGroups(cmd.Context(), cfg, log)
 			if ee := (*ExitError)(nil); errors.As(discoveryErr, &ee) {
 				return discoveryErr
 			}
 			if discoveryErr != nil {
 				log.Error("discovery failed: the labelled workloads are not managed this tick", "error", discoveryErr,
 					"remediation", "grant list on namespaces and the workload kinds (docs/discovery.md), or pass --discovery=false")
-			} else {
-				cfg = found
+			} else if found != nil {
+				cfg = found.cfg
 			}
 			m := metrics.New()
 			r, err := c.runner(cfg, log, m)
 			if err != nil {
 				return err
+			}
+			// D1: a workload whose label went is let go (its state
+			// removed, its pin kept) before the pass; a dry run writes
+			// nothing.
+			if found != nil && !dryRun {
+				if err := found.adopt(cmd.Context(), r.Workloads, c.watchNamespaces, log); err != nil {
+					log.Error("discovery could not look for the workloads no longer labelled; none was let go", "error", err,
+						"remediation", "grant list on the workload kinds (docs/discovery.md), or pass --discovery=false")
+					discoveryErr = err
+				}
 			}
 			res := r.Tick(cmd.Context(), dryRun)
 			if dryRun {

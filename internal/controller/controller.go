@@ -53,7 +53,9 @@ type Controller struct {
 	OnGroups func([]config.Group)
 	// discovery is nil when discovery is off.
 	discovery *discoveryState
-	ctrl      controller.Controller
+	// elected is closed once this replica leads (nil: it always does).
+	elected <-chan struct{}
+	ctrl    controller.Controller
 
 	mu         sync.Mutex
 	configured []config.Group
@@ -64,6 +66,7 @@ type Controller struct {
 	reverted   map[config.Workload]revert // the last write that changed a workload's images
 	skipped    map[string]time.Time       // when a group's skip streak last counted
 	passes     atomic.Int64
+	passLocks  sync.Map // group name → *sync.Mutex held during its pass (lockPass)
 
 	// R24 maxConcurrentRollouts: passes run one at a time when it is set,
 	// so that two workers cannot both take the last slot; rolling holds
@@ -287,6 +290,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{RequeueAfter: c.Resync}, nil
 	}
+	// The group's pass lock, taken before the group is looked up: a
+	// discovery pass that drops the group waits for this pass before it
+	// lets the workloads go (D1), and a later pass finds the group gone.
+	unlock := c.lockPass(req.Name)
+	defer unlock()
 	g, ok := c.group(req.Name)
 	if !ok {
 		return reconcile.Result{}, nil

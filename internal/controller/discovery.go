@@ -9,13 +9,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
+	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -53,8 +55,10 @@ type namespaceCaches struct {
 	main       cache.Cache
 	api        client.Reader
 	covered    map[string]bool // namespaces the manager's cache holds whole (configured)
-	// watch adds the controller's watches on a new cache.
-	watch func(c cache.Cache) error
+	// watch adds the controller's watches on a new cache; trigger adds
+	// the handlers that start a standby's discovery pass.
+	watch   func(c cache.Cache) error
+	trigger func(ctx context.Context, c cache.Cache) error
 
 	mu     sync.Mutex
 	ctx    context.Context
@@ -64,6 +68,9 @@ type namespaceCaches struct {
 type namespaceCache struct {
 	cache  cache.Cache
 	cancel context.CancelFunc
+	// watched: the controller's watches are on it (added once this
+	// replica leads; a standby's discovery reads it without them).
+	watched bool
 }
 
 // Start keeps the context the namespace caches run in; it ends them when
@@ -82,11 +89,15 @@ func (n *namespaceCaches) Start(ctx context.Context) error {
 	return nil
 }
 
-func (n *namespaceCaches) NeedLeaderElection() bool { return true }
+// NeedLeaderElection is false: every replica's discovery reads the
+// labelled namespaces, so that a standby's webhook knows the discovered
+// groups too (B1).
+func (n *namespaceCaches) NeedLeaderElection() bool { return false }
 
 // sync starts a cache for each labelled namespace not covered yet, waits
 // for it to sync, and stops the caches of namespaces no longer labelled.
-func (n *namespaceCaches) sync(ctx context.Context, labelled map[string]bool) error {
+// The controller's watches go on a cache only once this replica leads.
+func (n *namespaceCaches) sync(ctx context.Context, labelled map[string]bool, leading bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ctx == nil {
@@ -99,6 +110,12 @@ func (n *namespaceCaches) sync(ctx context.Context, labelled map[string]bool) er
 		}
 	}
 	for _, ns := range slices.Sorted(maps.Keys(labelled)) {
+		if nc := n.caches[ns]; nc != nil && leading && !nc.watched {
+			if err := n.watch(nc.cache); err != nil {
+				return fmt.Errorf("watch namespace %s: %w", ns, err)
+			}
+			nc.watched = true
+		}
 		if n.covered[ns] || n.caches[ns] != nil {
 			continue
 		}
@@ -112,15 +129,23 @@ func (n *namespaceCaches) sync(ctx context.Context, labelled map[string]bool) er
 		}
 		cctx, cancel := context.WithCancel(n.ctx)
 		go func() { _ = c.Start(cctx) }()
-		if err := n.watch(c); err != nil {
-			cancel()
-			return fmt.Errorf("watch namespace %s: %w", ns, err)
+		if leading {
+			if err := n.watch(c); err != nil {
+				cancel()
+				return fmt.Errorf("watch namespace %s: %w", ns, err)
+			}
+		}
+		if n.trigger != nil {
+			if err := n.trigger(ctx, c); err != nil {
+				cancel()
+				return fmt.Errorf("watch namespace %s for discovery: %w", ns, err)
+			}
 		}
 		if !c.WaitForCacheSync(ctx) {
 			cancel()
 			return fmt.Errorf("cache of namespace %s did not sync", ns)
 		}
-		n.caches[ns] = &namespaceCache{cache: c, cancel: cancel}
+		n.caches[ns] = &namespaceCache{cache: c, cancel: cancel, watched: leading}
 	}
 	return nil
 }
@@ -161,16 +186,24 @@ func (n *namespaceCaches) List(ctx context.Context, list client.ObjectList, opts
 
 // discoverPass lists the labelled objects from the caches, starts or stops
 // the caches of labelled namespaces, and replaces the discovered groups:
-// new and changed groups are reconciled, groups gone are let go.
+// new and changed groups are reconciled, images no group uses any more are
+// no longer polled, and the webhook is told every group (OnGroups). It runs
+// on every replica, so that a standby's webhook pins discovered targets
+// too (B1); only the leader writes: it marks the anchors of discovered
+// groups and lets go of the marked workloads no longer labelled (D1), with
+// the same code as `tick` (discovery.Adoption).
 func (c *Controller) discoverPass(ctx context.Context) error {
 	d := c.discovery
+	d.passMu.Lock()
+	defer d.passMu.Unlock()
 	prefix := c.Runner.Config.AnnotationPrefix
+	leading := c.leading()
 	// The namespaces first, from the manager's cache (label-selected).
 	in, err := discovery.List(ctx, d.caches.main, prefix, d.scope)
 	if err != nil {
 		return err
 	}
-	if err := d.caches.sync(ctx, in.Namespaces); err != nil {
+	if err := d.caches.sync(ctx, in.Namespaces, leading); err != nil {
 		return err
 	}
 	// Then every workload, through the namespace caches as well.
@@ -207,67 +240,75 @@ func (c *Controller) discoverPass(ctx context.Context) error {
 		}
 	}
 	all := c.allGroups()
+	slices.SortFunc(all, func(a, b config.Group) int { return strings.Compare(a.Name, b.Name) })
+	c.Poller.Remove(unused(old, all)...)
 	if c.OnGroups != nil {
-		slices.SortFunc(all, func(a, b config.Group) int { return strings.Compare(a.Name, b.Name) })
 		c.OnGroups(all)
 	}
-	managed := map[config.Workload]bool{}
-	for _, g := range all {
-		for _, w := range g.Workloads() {
-			managed[w] = true
+	if !leading {
+		return nil
+	}
+	// A pass of a group dropped here that is still running could write
+	// the state back after the let-go: wait for it (lockPass).
+	current := map[string]bool{}
+	for _, g := range res.Groups {
+		current[g.Name] = true
+	}
+	for name := range old {
+		if !current[name] {
+			c.lockPass(name)()
 		}
 	}
-	for name, g := range old {
-		if _, still := c.discovered[name]; still {
-			continue
-		}
-		for _, w := range g.Workloads() {
-			if !managed[w] {
-				c.letGo(ctx, name, w)
-			}
-		}
+	a := discovery.Adoption{Prefix: prefix, Workloads: c.Runner.Workloads, API: d.caches.api, Scope: d.scope, Log: c.Runner.Log}
+	a.Mark(ctx, in, res)
+	if _, err := a.LetGoUnlabelled(ctx, res.Managed, all); err != nil {
+		return err
 	}
 	return nil
 }
 
-// letGo removes the state annotations of a workload that is no longer
-// managed: its label or its namespace's was removed. Its pin stays, so it
-// keeps running what it runs (D1).
-func (c *Controller) letGo(ctx context.Context, group string, w config.Workload) {
-	log := c.Runner.Log.With("group", group, "workload", w.String())
-	obj, err := c.Runner.Workloads.Get(ctx, ref(w))
-	if apierrors.IsNotFound(err) {
-		log.Info("let go: the workload is gone")
-		return
-	}
-	if err != nil {
-		log.Warn("let go: cannot read the workload to remove its state annotations; remove them by hand", "error", err)
-		return
-	}
-	keys := discovery.Keys{Prefix: c.Runner.Config.AnnotationPrefix}
-	expect, set := map[string]*string{}, map[string]*string{}
-	var removed []string
-	for k, v := range obj.Annotations {
-		if !strings.HasPrefix(k, c.Runner.Config.AnnotationPrefix+"/") || k == keys.Group() || k == keys.IgnoreContainers() || k == keys.Enabled() {
-			continue
+// unused returns the images of the old discovered groups whose
+// repository:tag no group of all uses any more: the poller stops asking
+// for them (C2).
+func unused(old map[string]config.Group, all []config.Group) []config.Image {
+	used := map[string]bool{}
+	for _, g := range all {
+		for _, img := range g.Images {
+			used[poller.Key(img)] = true
 		}
-		expect[k], set[k] = &v, nil
-		removed = append(removed, k)
 	}
-	if len(set) == 0 {
-		log.Info("let go: no longer labelled; its pin stays, it had no state annotations")
-		return
+	var out []config.Image
+	for _, name := range slices.Sorted(maps.Keys(old)) {
+		for _, img := range old[name].Images {
+			if k := poller.Key(img); !used[k] {
+				used[k] = true // once
+				out = append(out, img)
+			}
+		}
 	}
-	if _, err := c.Runner.Workloads.UpdateAnnotations(ctx, ref(w), expect, set); err != nil {
-		log.Warn("let go: could not remove the state annotations; remove them by hand", "annotations", strings.Join(removed, ","), "error", err)
-		return
-	}
-	slices.Sort(removed)
-	log.Info("let go: no longer labelled; its pin stays and its state annotations were removed", "annotations", strings.Join(removed, ","))
+	return out
 }
 
-func ref(w config.Workload) workload.Ref {
-	return workload.Ref{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name}
+// lockPass takes the pass lock of a group and returns its unlock.
+func (c *Controller) lockPass(group string) func() {
+	m, _ := c.passLocks.LoadOrStore(group, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// leading reports whether this replica is the elected leader (always, with
+// leader election off).
+func (c *Controller) leading() bool {
+	if c.elected == nil {
+		return true
+	}
+	select {
+	case <-c.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 // discoveryChanged is the predicate of the watches as seen by discovery: a
@@ -321,6 +362,87 @@ type discoveryState struct {
 	scope  []string
 	caches *namespaceCaches
 	noted  map[string]bool // notes logged once
+	// passMu orders the passes of the leader's workqueue and of the
+	// standby loop around a change of leadership.
+	passMu sync.Mutex
+	// wake starts a standby's pass (standbyDiscovery).
+	wake chan struct{}
+}
+
+// standbyDiscovery runs the discovery passes of a replica that does not
+// lead: the leader's come from the controller's workqueue, which runs only
+// there. Without them a standby's webhook would know only the configured
+// groups (B1, C3). It runs on every replica and passes only while this one
+// does not lead; the passes write nothing.
+type standbyDiscovery struct {
+	c     *Controller
+	cache cache.Cache
+}
+
+func (standbyDiscovery) NeedLeaderElection() bool { return false }
+
+// Start adds the handlers that wake it to the manager cache's informers,
+// then runs a pass after each wake while this replica is a standby.
+func (s standbyDiscovery) Start(ctx context.Context) error {
+	c := s.c
+	if err := c.discoveryTrigger(ctx, s.cache, &corev1.Namespace{}); err != nil {
+		return err
+	}
+	if !s.cache.WaitForCacheSync(ctx) {
+		return nil // stopping
+	}
+	c.wakeDiscovery()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.discovery.wake:
+		}
+		if c.leading() {
+			continue // the workqueue's passes
+		}
+		if err := c.discoverPass(ctx); err != nil {
+			c.Runner.Log.Warn("discovery on a standby failed; its webhook may miss a discovered group until the next pass", "error", err)
+			time.AfterFunc(5*time.Second, c.wakeDiscovery)
+		}
+	}
+}
+
+func (c *Controller) wakeDiscovery() {
+	select {
+	case c.discovery.wake <- struct{}{}:
+	default: // a pass is pending already
+	}
+}
+
+// discoveryTrigger wakes standbyDiscovery on the events of cc's informers
+// (the workload kinds, and extra) that can change what is managed.
+func (c *Controller) discoveryTrigger(ctx context.Context, cc cache.Cache, extra ...client.Object) error {
+	objs := extra
+	for _, k := range workload.Kinds() {
+		objs = append(objs, k.New())
+	}
+	h := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.wakeDiscovery() },
+		DeleteFunc: func(any) { c.wakeDiscovery() },
+		UpdateFunc: func(o, n any) {
+			oo, ok1 := o.(client.Object)
+			no, ok2 := n.(client.Object)
+			if !ok1 || !ok2 || c.discoveryChanged(oo, no) {
+				c.wakeDiscovery()
+			}
+		},
+	}
+	for _, obj := range objs {
+		inf, err := cc.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("watch %T for discovery: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("watch %T for discovery: %w", obj, err)
+		}
+	}
+	return nil
 }
 
 // watchNamespaceCache adds the controller's watches on the cache of a

@@ -129,6 +129,7 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 	if err != nil {
 		return nil, fmt.Errorf("start the controller manager: %w", err)
 	}
+	c.elected = mgr.Elected()
 	// Observation reads come from the informer cache; writes and the reads
 	// of the write path stay direct.
 	var reader client.Reader = mgr.GetCache()
@@ -138,12 +139,16 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 			main: mgr.GetCache(), api: mgr.GetAPIReader(), covered: map[string]bool{},
 			watch: c.watchNamespaceCache, caches: map[string]*namespaceCache{},
 		}
+		nc.trigger = func(ctx context.Context, cc cache.Cache) error { return c.discoveryTrigger(ctx, cc) }
 		for ns := range namespaces {
 			nc.covered[ns] = true
 		}
-		c.discovery = &discoveryState{scope: o.Discovery.Namespaces, caches: nc, noted: map[string]bool{}}
+		c.discovery = &discoveryState{scope: o.Discovery.Namespaces, caches: nc, noted: map[string]bool{}, wake: make(chan struct{}, 1)}
 		reader = nc
 		if err := mgr.Add(nc); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(standbyDiscovery{c: c, cache: mgr.GetCache()}); err != nil {
 			return nil, err
 		}
 	}

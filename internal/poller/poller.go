@@ -7,7 +7,10 @@ package poller
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +48,9 @@ type Poller struct {
 	entries map[string]*entry
 	wake    chan struct{}
 	running bool // Run is polling (the leader); Kick needs it
+	// asks numbers the answers (Resolution.Ask) across every key, so that
+	// an image removed and added again never reuses a number.
+	asks uint64
 }
 
 type entry struct {
@@ -55,7 +61,6 @@ type entry struct {
 	kickAt   time.Time // when the kicked ask is due
 	next     time.Time
 	failures int
-	asks     uint64        // asks answered, numbering each answer (Resolution.Ask)
 	inflight chan struct{} // closed when the running poll ends
 }
 
@@ -74,6 +79,26 @@ func (p *Poller) Add(imgs ...config.Image) {
 			p.entries[Key(img)] = &entry{img: img}
 		}
 	}
+}
+
+// Remove stops polling the repository:tag of each of imgs: the caller
+// removes an image once no group uses its repository:tag any more (a
+// workload let go, a group no longer discovered, D1), so that the registry
+// is not asked for it forever. An ask already running ends normally; its
+// answer is dropped. Latest or Refresh of it later adds it again.
+func (p *Poller) Remove(imgs ...config.Image) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, img := range imgs {
+		delete(p.entries, Key(img))
+	}
+}
+
+// Keys returns the repository:tag keys being polled.
+func (p *Poller) Keys() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.entries))
 }
 
 // Latest returns the last answer for img; before the first poll it polls
@@ -189,8 +214,8 @@ func (p *Poller) pollDue(ctx context.Context) time.Time {
 		}
 		p.poll(ctx, k)
 		p.mu.Lock()
-		if t := p.entries[k].next; t.Before(next) {
-			next = t
+		if e := p.entries[k]; e != nil && e.next.Before(next) { // nil: removed meanwhile
+			next = e.next
 		}
 		p.mu.Unlock()
 	}
@@ -203,6 +228,10 @@ func (p *Poller) pollDue(ctx context.Context) time.Time {
 func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	p.mu.Lock()
 	e := p.entries[key]
+	if e == nil { // removed (Remove) since it was due or added
+		p.mu.Unlock()
+		return refresh.Resolution{Err: fmt.Errorf("%s is no longer polled", key)}
+	}
 	if wait := e.inflight; wait != nil {
 		// One ask at a time per key: share the running one.
 		p.mu.Unlock()
@@ -229,8 +258,8 @@ func (p *Poller) poll(ctx context.Context, key string) refresh.Resolution {
 	res := refresh.Resolution{Digest: d, Err: err}
 
 	p.mu.Lock()
-	e.asks++
-	res.Ask = e.asks
+	p.asks++
+	res.Ask = p.asks
 	changed := !e.polled || e.res.Digest != res.Digest || (e.res.Err == nil) != (res.Err == nil)
 	e.res, e.polled = res, true
 	if err == nil {

@@ -315,3 +315,45 @@ func TestPoller_R1_EachAnswerNamesTheAskThatGaveIt(t *testing.T) {
 		t.Errorf("Latest after Refresh is ask %d, want %d", got.Ask, next.Ask)
 	}
 }
+
+// TestPoller_C2_D1_ARemovedImageIsNoLongerAsked: once the image of a
+// workload let go is removed, the registry is not asked for its
+// repository:tag again, while the others still are.
+func TestPoller_C2_D1_ARemovedImageIsNoLongerAsked(t *testing.T) {
+	var mu sync.Mutex
+	asks := map[string]int{}
+	count := func(key string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return asks[key]
+	}
+	p := &Poller{Interval: time.Minute, Resolve: func(_ context.Context, i config.Image) (string, error) {
+		mu.Lock()
+		asks[Key(i)]++
+		mu.Unlock()
+		return "sha256:" + fmt.Sprintf("%064x", 1), nil
+	}}
+	gone, kept := img("r/gone", "prod", "gone"), img("r/kept", "prod", "kept")
+	p.Add(gone, kept)
+	step := fakeRun(t, p)
+	step(time.Minute)
+	// The poller ran: both were asked at start and after one interval.
+	for _, k := range []string{"r/gone:prod", "r/kept:prod"} {
+		if n := count(k); n != 2 {
+			t.Fatalf("%s asked %d times after one interval, want 2", k, n)
+		}
+	}
+	p.Remove(gone)
+	if got := p.Keys(); len(got) != 1 || got[0] != "r/kept:prod" {
+		t.Errorf("polled keys after Remove: %v, want [r/kept:prod]", got)
+	}
+	for i := range 3 {
+		step(time.Minute)
+		if n := count("r/kept:prod"); n != 3+i {
+			t.Fatalf("interval %d after Remove: r/kept:prod asked %d times, want %d", i+1, n, 3+i)
+		}
+		if n := count("r/gone:prod"); n != 2 {
+			t.Fatalf("interval %d after Remove: the removed r/gone:prod was asked again (%d asks, want 2)", i+1, n)
+		}
+	}
+}

@@ -67,6 +67,13 @@ func (k Keys) FirstSeen(image string) string { return k.key("first-seen-" + imag
 // other digest re-arms the locked group once by itself.
 func (k Keys) LockedOn(image string) string { return k.key("locked-on-" + image) }
 
+// DiscoveredGroup marks the anchor of a group that discovery found (D1);
+// its value is the group's name. It is what lets a workload go once it is
+// no longer labelled: only a workload that carries it has its state removed
+// (internal/discovery), never the anchor of a configured group, also of
+// another config sharing the prefix.
+func (k Keys) DiscoveredGroup() string { return k.key("discovered-group") }
+
 // ImageKeyNames lists the name parts (after "prefix/") of every per-image
 // key, so that config validation can check they are legal annotation keys.
 func ImageKeyNames(image string) []string {
