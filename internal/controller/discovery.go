@@ -261,10 +261,39 @@ func (c *Controller) discoverPass(ctx context.Context) error {
 	}
 	a := discovery.Adoption{Prefix: prefix, Workloads: c.Runner.Workloads, API: d.caches.api, Scope: d.scope, Log: c.Runner.Log}
 	a.Mark(ctx, in, res)
-	if _, err := a.LetGoUnlabelled(ctx, res.Managed, all); err != nil {
-		return err
+	if !d.swept {
+		if _, err := a.LetGoUnlabelled(ctx, res.Managed, all); err != nil {
+			return err
+		}
+		d.swept = true
+		return nil
+	}
+	for _, w := range dropped(old, res.Managed, all) {
+		a.LetGo(ctx, w)
 	}
 	return nil
+}
+
+// dropped returns the workloads of the old discovered groups that are no
+// longer labelled in (managed) and that no group of all names (the
+// configured groups win, D2): the workloads to let go (D1). Sorted.
+func dropped(old map[string]config.Group, managed map[config.Workload]bool, all []config.Group) []config.Workload {
+	named := map[config.Workload]bool{}
+	for _, g := range all {
+		for _, w := range g.Workloads() {
+			named[w] = true
+		}
+	}
+	var out []config.Workload
+	for _, name := range slices.Sorted(maps.Keys(old)) {
+		for _, w := range old[name].Workloads() {
+			if !managed[w] && !named[w] && !slices.Contains(out, w) {
+				out = append(out, w)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b config.Workload) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }
 
 // unused returns the images of the old discovered groups whose
@@ -367,6 +396,11 @@ type discoveryState struct {
 	passMu sync.Mutex
 	// wake starts a standby's pass (standbyDiscovery).
 	wake chan struct{}
+	// swept: this replica, leading, has listed every workload in scope
+	// once to let go of those unlabelled while no leader watched (D1);
+	// from then on it lets go of the workloads of the groups it drops,
+	// which costs no API request in a steady state (C6).
+	swept bool
 }
 
 // standbyDiscovery runs the discovery passes of a replica that does not
