@@ -29,7 +29,9 @@ func TestUnused_C2_D1(t *testing.T) {
 // by no group (a configured group wins), and nothing else, so that a
 // steady state costs no list (C6).
 func TestDropped_D1_D2(t *testing.T) {
-	w := func(name string) config.Workload { return config.Workload{Kind: "Deployment", Namespace: "shop", Name: name} }
+	w := func(name string) config.Workload {
+		return config.Workload{Kind: "Deployment", Namespace: "shop", Name: name}
+	}
 	group := func(name string, ws ...config.Workload) config.Group {
 		g := config.Group{Name: name, Anchor: ws[0]}
 		for _, x := range ws {
