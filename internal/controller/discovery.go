@@ -246,6 +246,9 @@ func (c *Controller) discoverPass(ctx context.Context) error {
 		c.OnGroups(all)
 	}
 	if !leading {
+		// Groups dropped while this replica does not lead are not let go
+		// here: it sweeps again once it leads.
+		d.swept = false
 		return nil
 	}
 	// A pass of a group dropped here that is still running could write
