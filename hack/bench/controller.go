@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -31,7 +32,13 @@ type apiCounter struct {
 	mu    sync.Mutex
 	total apiCounts
 	byKey map[string]int // "verb resource" → requests
+	// patches keeps the path and body of the first maxPatchSamples
+	// patches, so that a write where none was expected can be read.
+	patches []string
 }
+
+// maxPatchSamples bounds apiCounter.patches.
+const maxPatchSamples = 20
 
 // apiCounts are counts of requests by kind: reads are get and list; a watch
 // is one long-lived request; writes are create, update, patch and delete.
@@ -54,9 +61,28 @@ func (c *apiCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			c.total.Writes++
 		}
 		c.byKey[verb+" "+resource]++
+		sample := verb == "patch" && len(c.patches) < maxPatchSamples && req.GetBody != nil
 		c.mu.Unlock()
+		if sample {
+			if body, err := req.GetBody(); err == nil {
+				b, _ := io.ReadAll(io.LimitReader(body, 600))
+				_ = body.Close()
+				c.mu.Lock()
+				c.patches = append(c.patches, req.URL.Path+" "+string(b))
+				c.mu.Unlock()
+			}
+		}
 		return rt.RoundTrip(req)
 	})
+}
+
+// patchSamples returns the sampled patches and starts sampling anew.
+func (c *apiCounter) patchSamples() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.patches
+	c.patches = nil
+	return out
 }
 
 func (c *apiCounter) snapshot() (apiCounts, map[string]int) {

@@ -68,6 +68,7 @@ type options struct {
 	stuckReverts           int
 	soakFor                time.Duration
 	seed                   uint64
+	resyncProfile          string
 }
 
 func main() {
@@ -95,6 +96,7 @@ func main() {
 	flag.IntVar(&o.workloads, "workloads", o.workloads, "workloads of the scale phase (zero-replica) and of the soak phase ($BENCH_WORKLOADS sets the default)")
 	flag.DurationVar(&o.soakFor, "soak-for", 20*time.Minute, "how long the soak phase's schedule of events runs")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the soak phase's random schedule of events")
+	flag.StringVar(&o.resyncProfile, "resync-cpuprofile", "", "write a CPU profile of the scale phase's last resync pass to this file")
 	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
 	flag.Parse()
 
@@ -146,7 +148,7 @@ func run(ctx context.Context, o options) int {
 		case "steady":
 			got, err = measureSteady(ctx, w, o.steadyInterval, o.steadyFor)
 		case "scale":
-			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns, o.steadyInterval, o.steadyFor)
+			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns, o.steadyInterval, o.steadyFor, o.resyncProfile)
 		case "stuck":
 			got, err = measureStuck(ctx, w, o.stuckReverts)
 		case "propagate":

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +27,9 @@ const scaleGroupSize = 100
 // passes over every group end, the process memory is read, and one full
 // resync pass (Controller.Reconcile of every group, 4 at a time, as the
 // workqueue does on a resync) is timed with its API requests counted.
-func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, steadyFor time.Duration) ([]row, error) {
+// With profile set, the last run's resync pass is CPU-profiled into that
+// file.
+func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, steadyFor time.Duration, profile string) ([]row, error) {
 	ngroups := max(1, n/scaleGroupSize)
 	per := min(n, scaleGroupSize)
 	n = per * ngroups
@@ -100,6 +103,15 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 	createdIn := time.Since(created)
 	progress("scale: %d Deployments settled (%s for the last %d)", n, createdIn.Round(time.Second), n-first*per)
 
+	var prof *os.File
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		prof = f
+	}
 	base := readMemory()
 	var synced, firstPasses, resync, heap, rss sample
 	var resyncReqs, firstWrites []string
@@ -127,11 +139,27 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 		m := readMemory()
 		heap, rss = append(heap, float64(m.heap)), append(rss, float64(m.rss))
 		_, mark := b.api.snapshot()
+		for _, p := range b.api.patchSamples() {
+			progress("scale: run %d: a patch of the first passes: %s", r+1, p)
+		}
+		profiling := prof != nil && r == runs-1
+		if profiling {
+			if err := pprof.StartCPUProfile(prof); err != nil {
+				b.stop()
+				return nil, err
+			}
+		}
 		d := b.pass(ctx, 4)
+		if profiling {
+			pprof.StopCPUProfile()
+		}
 		reqs := b.api.byVerb(mark)
 		b.stop()
 		synced, firstPasses, resync = append(synced, b.synced.Seconds()), append(firstPasses, fp.Seconds()), append(resync, d.Seconds())
 		resyncReqs = append(resyncReqs, b.api.requestsSince(mark))
+		for _, p := range b.api.patchSamples() {
+			progress("scale: run %d: a patch of the resync pass: %s", r+1, p)
+		}
 		progress("scale: run %d: caches synced in %s, first passes over %d groups done %s after Start, resync pass %s (%s), heap %s, RSS %s; writes of the first passes: %s",
 			r+1, b.synced.Round(time.Millisecond), len(gs), fp.Round(time.Millisecond), d.Round(time.Millisecond), fmtVerbs(reqs, 1), fmtMiB(float64(m.heap)), fmtMiB(float64(m.rss)), w)
 	}

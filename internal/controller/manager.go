@@ -114,6 +114,7 @@ func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, er
 	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
 		Scheme:                        scheme.Scheme,
+		MapperProvider:                rememberingMapperProvider,
 		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        healthAddr,

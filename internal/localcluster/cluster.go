@@ -162,6 +162,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--service-account-private-key-file="+p.saKeyFile, "--root-ca-file="+p.ca.certFile,
 		"--cluster-signing-cert-file="+p.ca.certFile, "--cluster-signing-key-file="+p.ca.keyFile,
 		"--node-monitor-grace-period=20s", "--node-monitor-period=2s",
+		// The default client budget (20 QPS, burst 30) makes a cluster of
+		// thousands of Deployments take half an hour to get a ReplicaSet
+		// and a status each (the bench's scale phase); the local
+		// apiserver takes far more.
+		"--kube-api-qps=200", "--kube-api-burst=400",
 		"--profiling=false", "--v=1",
 	); err != nil {
 		return nil, err

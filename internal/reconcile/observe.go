@@ -69,6 +69,9 @@ type Runner struct {
 	// serviceAccounts holds the imagePullSecrets names of the
 	// ServiceAccounts read, by namespace/name.
 	serviceAccounts map[string]cachedNames
+	// cachedSettings is SettingsFrom(settingsOf, ConfigPath) (settings).
+	cachedSettings refresh.Settings
+	settingsOf     *config.Config
 }
 
 // defaultKeychainTTL bounds how long a pull-secret keychain is reused when

@@ -102,10 +102,24 @@ type GroupOptions struct {
 	RollingElsewhere []string
 }
 
+// settings returns SettingsFrom of the Runner's config, computed once per
+// config: its HolderTTL counts every workload of every group
+// (EffectiveTickTimeout), which a pass over one group must not redo — at
+// 10,000 workloads that was half of a resync's CPU (C6).
+func (r *Runner) settings() refresh.Settings {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.settingsOf != r.Config {
+		r.cachedSettings = refresh.SettingsFrom(r.Config, r.ConfigPath)
+		r.settingsOf = r.Config
+	}
+	return r.cachedSettings
+}
+
 // Group runs one reconcile pass over one group: observe, decide, execute
 // (unless DryRun), report. It returns the plan with every finding.
 func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts GroupOptions) *refresh.Plan {
-	settings := refresh.SettingsFrom(r.Config, r.ConfigPath)
+	settings := r.settings()
 	settings.Instance = r.Instance
 	if r.Now != nil {
 		settings.Now = r.Now

@@ -199,3 +199,57 @@ func TestCached_C6_AfterTheWatchDeliveredAnOwnWriteTheCacheIsTrusted(t *testing.
 		t.Errorf("%d direct GETs after the watch delivered the own write, want 0", n)
 	}
 }
+
+// Reads from the informer cache skip its deep copy (C6: a resync over
+// 10,000 workloads must not copy every one), so the Object they return
+// must share nothing a caller can change with the cache's own object.
+func TestCached_C6_AnObjectReadFromTheCacheSharesNothingWithIt(t *testing.T) {
+	t.Parallel()
+	c, wc, ns := setup(t)
+	testenv.Deployment(t, c.Client, ns, "api", testenv.WithReplicas(0), testenv.WithAnnotations(map[string]string{recordKey: "sha256:1"}))
+	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf, err := cache.New(c.Config, cache.Options{Scheme: scheme.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inf.GetInformer(ctx, &appsv1.Deployment{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = inf.Start(ctx) }()
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	wc.SetCache(inf)
+
+	first, err := wc.Cached(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Selector == nil || len(first.Selector.MatchLabels) == 0 || first.Annotations[recordKey] != "sha256:1" || len(first.Containers) == 0 {
+		t.Fatalf("setup: read %+v, want a selector, the record and a container", first)
+	}
+	want := fmt.Sprintf("%v %v %v", first.Selector.MatchLabels, first.Annotations, first.Containers)
+	for k := range first.Selector.MatchLabels {
+		first.Selector.MatchLabels[k] = "changed"
+	}
+	first.Selector.MatchLabels["added"] = "x"
+	first.Annotations[recordKey] = "changed"
+	first.Containers[0].Image = "changed"
+
+	again, err := wc.Cached(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%v %v %v", again.Selector.MatchLabels, again.Annotations, again.Containers); got != want {
+		t.Errorf("a change to a read Object reached the cache:\n got %s\nwant %s", got, want)
+	}
+	var d appsv1.Deployment
+	if err := inf.Get(ctx, types.NamespacedName{Namespace: ns, Name: "api"}, &d); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Spec.Selector.MatchLabels["added"]; ok {
+		t.Errorf("the cache's selector was changed through a read Object: %v", d.Spec.Selector.MatchLabels)
+	}
+}

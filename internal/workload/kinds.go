@@ -164,7 +164,9 @@ func SettlednessOf(obj client.Object) Settledness {
 	return notSettled("unsupported kind %T", obj)
 }
 
-// FromObject snapshots a supported object; nil for another type.
+// FromObject snapshots a supported object; nil for another type. It never
+// writes to obj, and the Object shares nothing mutable with it, so obj may
+// be the informer cache's own object (readCache).
 func FromObject(obj client.Object) *Object {
 	k, ok := KindOf(obj)
 	if !ok {
@@ -175,7 +177,7 @@ func FromObject(obj client.Object) *Object {
 		return nil
 	}
 	o := newObject(k, meta, k.template(obj), k.settled(obj))
-	o.Selector = k.selector(obj)
+	o.Selector = k.selector(obj).DeepCopy()
 	return o
 }
 

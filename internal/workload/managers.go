@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"time"
@@ -8,6 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// fImage is the key of a container's image in a field set.
+var fImage = []byte(`"f:image"`)
 
 // containersPath leads from the root of a FieldsV1 set to the pod
 // template's containers of kind k.
@@ -32,7 +36,11 @@ func imageManagers(k *Kind, entries []metav1.ManagedFieldsEntry) map[string]stri
 	}
 	best := map[string]owner{}
 	for _, e := range entries {
-		if e.FieldsV1 == nil {
+		// An entry that owns no image at all (the controller-manager's
+		// status, an annotation write) is not decoded: every pass reads
+		// every workload's managed fields (C6). The API server writes
+		// field sets as plain JSON, which never escapes a letter of a key.
+		if e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.Raw, fImage) {
 			continue
 		}
 		var at time.Time

@@ -32,7 +32,9 @@ func (c *Client) Pods(ctx context.Context, obj *Object) ([]Pod, error) {
 	var items []corev1.Pod
 	if c.cache != nil {
 		var list corev1.PodList
-		if err := c.cache.List(ctx, &list, client.InNamespace(obj.Ref.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		// The loop below only reads the pods and copies what it keeps: no
+		// deep copy of every pod of the workload.
+		if err := c.cache.List(ctx, &list, client.InNamespace(obj.Ref.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("list the pods of %s from the cache: %w", obj.Ref, err)
 		}
 		items = list.Items
