@@ -44,8 +44,18 @@ demo:
 distribution:
 	@hack/install-distribution.sh
 
+# internal/cli's tests (each test binary starts a local cluster of its own)
+# are most of `make test`, and mostly wait on the cluster; they run as two
+# test processes at once, next to every other package: the tests CLI_SHARD
+# matches, and all the others (-skip the same pattern, so every test runs
+# exactly once, a new one included).
+CLI_SHARD := ^Test(Tick|Helm|Faults)
 test: cluster-bin vet vulncheck distribution promtool
-	$(GO) test -race -count=1 -timeout 25m ./...
+	@pids=(); \
+	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/internal/cli$$') & pids+=($$!); \
+	$(GO) test -race -count=1 -timeout 25m -run '$(CLI_SHARD)' ./internal/cli & pids+=($$!); \
+	$(GO) test -race -count=1 -timeout 25m -skip '$(CLI_SHARD)' ./internal/cli & pids+=($$!); \
+	rc=0; for p in "$${pids[@]}"; do wait "$$p" || rc=1; done; exit $$rc
 	@$(MAKE) -s fuzz
 
 # govulncheck on ./... against a vulnerability database built locally from the

@@ -57,6 +57,7 @@ func TestFrontEnds_R4_R10_GuardsHoldInTickAndRun(t *testing.T) {
 				if _, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(context.Background(), "requests-proxy", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 					e.t.Fatal(err)
 				}
+				e.wontSettle("requests-proxy")
 				e.setImageAs("helm", "Deployment", "jobs-manager", "api", e.repo("api")+":prod")
 			},
 			check: func(e *env, logs string) {

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
@@ -292,26 +293,55 @@ func raceEnabled() bool {
 	return false
 }
 
-// buildImageRefresh builds the command, with -race when this test binary
-// has it, so that the build reuses the packages the test build compiled.
+// built is the image-refresh binary of this test process (buildImageRefresh).
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildImageRefresh builds the command once per test process, with -race
+// when this test binary has it, so that the build reuses the packages the
+// test build compiled, and returns its path. Tests share the file: none
+// writes it. TestMain removes it (removeBuilt).
 func buildImageRefresh(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build image-refresh: %v", err)
+	built.once.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			built.err = fmt.Errorf("the go command is needed to build image-refresh: %w", err)
+			return
+		}
+		if built.dir, err = os.MkdirTemp("", "image-refresh-cli-test-"); err != nil {
+			built.err = err
+			return
+		}
+		bin := filepath.Join(built.dir, "image-refresh")
+		args := []string{"build", "-o", bin}
+		if raceEnabled() {
+			args = append(args, "-race")
+		}
+		start := time.Now()
+		out, err := exec.Command(goBin, append(args, "github.com/image-refresh/image-refresh")...).CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+			return
+		}
+		built.bin = bin
+		fmt.Fprintf(os.Stderr, "cli tests: built image-refresh (race %v) in %s\n", raceEnabled(), time.Since(start).Round(time.Millisecond))
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	bin := filepath.Join(t.TempDir(), "image-refresh")
-	args := []string{"build", "-o", bin}
-	if raceEnabled() {
-		args = append(args, "-race")
+	return built.bin
+}
+
+// removeBuilt removes the binary buildImageRefresh built, if any.
+func removeBuilt() {
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
 	}
-	start := time.Now()
-	out, err := exec.Command(goBin, append(args, "github.com/image-refresh/image-refresh")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	t.Logf("built image-refresh (race %v) in %s", raceEnabled(), time.Since(start).Round(time.Millisecond))
-	return bin
 }
 
 // rolledOut reports whether every replica of the Deployment runs its

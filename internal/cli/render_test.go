@@ -383,6 +383,19 @@ func lineDiff(want, got []byte) string {
 	return b.String()
 }
 
+// linkOrCopy makes dst the file src: a hard link, or a copy where the
+// two are on different file systems.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
+}
+
 // helmMajor is one Helm CLI the Helm tests run. hack/build-cluster.sh
 // builds both next to the cluster binaries: Helm 4 as helm, Helm 3 as helm3.
 type helmMajor struct {
@@ -436,9 +449,13 @@ func newHelm(t *testing.T, e *env, m helmMajor) *helmCLI {
 	}
 	dir := t.TempDir()
 	h := &helmCLI{t: t, bin: bin, irBin: filepath.Join(dir, "bin", "image-refresh"), logPth: filepath.Join(dir, "render.log"), data: filepath.Join(dir, "data")}
-	build := exec.Command("go", "build", "-o", h.irBin, "github.com/image-refresh/image-refresh")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build image-refresh: %v\n%s", err, out)
+	// The process's one build, linked (or copied) into a directory of
+	// its own that goes on Helm's PATH.
+	if err := os.MkdirAll(filepath.Dir(h.irBin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := linkOrCopy(buildImageRefresh(t), h.irBin); err != nil {
+		t.Fatalf("image-refresh for Helm: %v", err)
 	}
 	h.env = append(os.Environ(),
 		"KUBECONFIG="+e.kubeconfig,

@@ -133,6 +133,7 @@ func TestTick_R4_NotSettledSkipsThenFreezesLoudly(t *testing.T) {
 	if _, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(context.Background(), "requests-proxy", "application/strategic-merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	e.wontSettle("requests-proxy")
 	code, logs := e.tick(cfg)
 	if code != 0 || !strings.Contains(logs, "not settled") {
 		t.Fatalf("first unsettled tick: exit %d, want 0 with a NOTE:\n%s", code, logs)
