@@ -73,17 +73,7 @@ func TestGetObserved_R4_FromTheCacheAnOwnAnnotationWriteIsSettledAtOnce(t *testi
 	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inf, err := cache.New(c.Config, cache.Options{Scheme: scheme.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inf.GetInformer(ctx, &appsv1.Deployment{}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = inf.Start(ctx) }()
-	if !inf.WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
+	inf := deploymentCache(ctx, t, c.Config, ns)
 	wc.SetCache(inf)
 	settle(t, c, ref)
 	excused := 0
@@ -210,17 +200,7 @@ func TestCached_C6_AnObjectReadFromTheCacheSharesNothingWithIt(t *testing.T) {
 	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inf, err := cache.New(c.Config, cache.Options{Scheme: scheme.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inf.GetInformer(ctx, &appsv1.Deployment{}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = inf.Start(ctx) }()
-	if !inf.WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
+	inf := deploymentCache(ctx, t, c.Config, ns)
 	wc.SetCache(inf)
 
 	first, err := wc.Cached(ctx, ref)
@@ -252,4 +232,22 @@ func TestCached_C6_AnObjectReadFromTheCacheSharesNothingWithIt(t *testing.T) {
 	if _, ok := d.Spec.Selector.MatchLabels["added"]; ok {
 		t.Errorf("the cache's selector was changed through a read Object: %v", d.Spec.Selector.MatchLabels)
 	}
+}
+
+// deploymentCache starts an informer cache of ns's Deployments, as the
+// controller's, and returns it synced; it stops with ctx.
+func deploymentCache(ctx context.Context, t *testing.T, cfg *rest.Config, ns string) cache.Cache {
+	t.Helper()
+	inf, err := cache.New(cfg, cache.Options{Scheme: scheme.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inf.GetInformer(ctx, &appsv1.Deployment{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = inf.Start(ctx) }()
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	return inf
 }
