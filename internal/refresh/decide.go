@@ -372,6 +372,11 @@ func (d *decision) image(img config.Image) {
 	}
 	if !hasRecord {
 		d.p.Bookkeeping.set(recKey, ptr(latest), d.ann)
+		if _, everPinned := d.value(d.keys.EverPinned(img.Name)); !everPinned && d.allOn(img, latest) {
+			// Every target already runs the digest: mark it pinned in the
+			// same write, not in a second one on the next pass.
+			d.p.Bookkeeping.set(d.keys.EverPinned(img.Name), ptr("true"), d.ann)
+		}
 		msg := "first observation: the registry's digest is recorded, no target touched"
 		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf("%s %s:%s → %s", msg, img.Repository, img.Tag, latest)})
 		for _, t := range img.Targets {

@@ -374,6 +374,22 @@ func TestDecide_R5_FirstObservation(t *testing.T) {
 				rows:        []string{"api web/api: first-observed"},
 			},
 		},
+		"no record and every target already on the digest: the ever-pinned marker goes in the same write": {
+			obs: observe(g, withLatest("api", dB), withLive(webAPI, pinned(dB))),
+			want: want{
+				bookkeeping: kv{k.Record("api"): "<B>", k.EverPinned("api"): "true"},
+				findings:    []string{"api: INFO - benign"},
+				rows:        []string{"api web/api: first-observed"},
+			},
+		},
+		"no record and a target on another digest: no ever-pinned marker": {
+			obs: observe(g, withLatest("api", dB), withLive(webAPI, pinned(dA))),
+			want: want{
+				bookkeeping: kv{k.Record("api"): "<B>"},
+				findings:    []string{"api: INFO - benign"},
+				rows:        []string{"api web/api: first-observed"},
+			},
+		},
 		"the tick after first observation pins a target still on the tag": {
 			obs: observe(g, withAnchor(ann(k.Record("api"), dB)), withLatest("api", dB), withLive(webAPI, onTag)),
 			want: want{
