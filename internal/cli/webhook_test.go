@@ -425,8 +425,13 @@ func TestWebhook_B3_FixAHealsARecordThatLags(t *testing.T) {
 			// the record starts no pass.
 			ctl.kickedPasses(t, e, "control-plane", "jobs-manager")
 
-			// The record lags the live spec: a rollout to latest that timed
-			// out after the spec had moved.
+			// The record lags the live spec: a rollout to latest that has
+			// not finished. requests-proxy is held unsettled (a replica that
+			// is not available for an hour) until the webhook has written:
+			// the annotation write below bumps the anchor's generation, and
+			// the pass its settling starts would otherwise heal the record
+			// before the webhook reads it (R4 skips the unsettled group).
+			e.holdUnsettled("requests-proxy", true)
 			e.annotate("jobs-manager", map[string]*string{e.key("last-refreshed-api-digest"): ptr(old)})
 			eventually(t, time.Minute, "the webhook reads the lagging record", func() bool {
 				d, err := e.whTry("helm", "requests-proxy", map[string]string{"proxy": repo + ":prod"}, true)
@@ -436,17 +441,39 @@ func TestWebhook_B3_FixAHealsARecordThatLags(t *testing.T) {
 			if got, want := whImages(stored)["proxy"], c.stored(repo, old); got != want {
 				t.Fatalf("stored %s, want %s (B reads the lagging record)", got, want)
 			}
+			if got := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; got != old {
+				t.Fatalf("the record moved to %s while requests-proxy was held unsettled, want it still lagging at %s", got, old)
+			}
+			e.holdUnsettled("requests-proxy", false)
 			took := eventually(t, 2*time.Minute, "fix A brings every target and the record to latest", func() bool {
 				return e.image("jobs-manager", "api") == repo+":prod@"+latest &&
 					e.image("requests-proxy", "proxy") == repo+":prod@"+latest &&
 					e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")] == latest
 			})
-			t.Logf("healed %s after the write (poll interval %s)", took.Round(time.Millisecond), poll)
+			t.Logf("healed %s after requests-proxy was let settle (poll interval %s)", took.Round(time.Millisecond), poll)
 			ctl.kickedPasses(t, e, "control-plane", "requests-proxy") // passes after fix A's writes, which a fight would follow
 			if strings.Contains(ctl.Logs(), "rewrites image references") {
 				t.Errorf("the webhook fought fix A's own write:\n%s", ctl.Logs())
 			}
 		})
+	}
+}
+
+// holdUnsettled keeps deploy unsettled (on) or lets it settle (off)
+// without touching its pod template: one more replica, and no replica
+// counts as available before it has been ready for an hour.
+func (e *env) holdUnsettled(deploy string, on bool) {
+	e.t.Helper()
+	d, err := e.c.Client.AppsV1().Deployments(e.ns).Get(context.Background(), deploy, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	patch := `{"spec":{"minReadySeconds":0}}`
+	if on {
+		patch = fmt.Sprintf(`{"spec":{"replicas":%d,"minReadySeconds":3600,"progressDeadlineSeconds":7200}}`, *d.Spec.Replicas+1)
+	}
+	if _, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(context.Background(), deploy, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
 }
 
