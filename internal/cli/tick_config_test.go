@@ -59,8 +59,13 @@ func TestTick_R2_StalePinIsReportedAndClearedWhenRemoved(t *testing.T) {
 	}
 
 	// The operator moves the pin to the latest digest: the finding clears.
-	if code, _ := e.tick(e.config(withPin(latest))); code != 0 {
+	// The targets still run the bare tag: not pinned, and said so (R2, R15).
+	code, logs = e.tick(e.config(withPin(latest)))
+	if code != 0 {
 		t.Errorf("tick with a current operator pin: exit %d, want 0", code)
+	}
+	if lines := logLines(logs, "INFO", "NOTE:", "requests-proxy", "not the operator pin "+latest); len(lines) != 1 {
+		t.Errorf("want one NOTE that requests-proxy does not run the operator pin %s:\n%s", latest, logs)
 	}
 	if v, ok := e.annotations("jobs-manager")[e.key("stale-pin-api")]; ok {
 		t.Errorf("stale-pin annotation %q left after the pin matched the latest", v)

@@ -626,8 +626,21 @@ func (d *decision) allOn(img config.Image, digest string) bool {
 func (d *decision) operatorPin(img config.Image, latest, staleKey string) {
 	if img.PinnedDigest == latest {
 		d.clear(&d.p.Bookkeeping, staleKey)
+		if !d.readTargets(img) {
+			return
+		}
 		for _, t := range img.Targets {
-			d.row(img, t, StatePinned, "operator pin "+img.PinnedDigest+" (not refreshed)", "")
+			live := d.obs.Workloads[t.Workload()].Containers[t.Container].Image
+			if imageref.DigestOf(live) == img.PinnedDigest {
+				d.row(img, t, StatePinned, "operator pin "+img.PinnedDigest+" (not refreshed)", "")
+				continue
+			}
+			// R2: image-refresh never writes an operator pin, but it does
+			// not call a target that does not run it pinned either.
+			msg := fmt.Sprintf("%s runs %s, not the operator pin %s; image-refresh does not write operator pins", t, live, img.PinnedDigest)
+			rem := fmt.Sprintf("deploy %s@%s (chart values), or remove pinnedDigest of image %s so that image-refresh pins the tag", img.Repository, img.PinnedDigest, img.Name)
+			d.find(Finding{Severity: SeverityNote, Image: img.Name, Target: &t, Message: msg})
+			d.row(img, t, StateInert, msg, rem)
 		}
 		return
 	}

@@ -182,9 +182,31 @@ func TestDecide_R2_OperatorPinIsCheckedNotRefreshed(t *testing.T) {
 				rows:        []string{"api web/api: stale-pin"},
 			},
 		},
-		"an operator-pinned image is not re-pinned even when its target runs the tag": {
-			obs:  observe(pinnedTo(dB), withLatest("api", dB), withLive(webAPI, onTag)),
-			want: want{rows: []string{"api web/api: pinned"}},
+		"an operator-pinned image is not re-pinned when its target runs the tag, and the target is not called pinned": {
+			obs: observe(pinnedTo(dB), withLatest("api", dB), withLive(webAPI, onTag)),
+			want: want{
+				findings: []string{"api: NOTE - benign"},
+				rows:     []string{"api web/api: inert"},
+			},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "row message", p.Rows[0].Message, "not the operator pin")
+				contains(t, "remediation", p.Rows[0].Remediation, "pinnedDigest")
+			},
+		},
+		"an operator-pinned target on another digest is not called pinned either": {
+			obs: observe(pinnedTo(dB), withLatest("api", dB), withLive(webAPI, pinned(dA))),
+			want: want{
+				findings: []string{"api: NOTE - benign"},
+				rows:     []string{"api web/api: inert"},
+			},
+		},
+		"an operator-pinned target that cannot be read is an error row and counts a read failure, not pinned": {
+			obs: observe(group(withImage("mon", on(agentMon), pinnedDigest(dB))), withLatest("mon", dB), readErr(agent, notFound)),
+			want: want{
+				bookkeeping: kv{k.ReadFailures("mon"): "1"},
+				findings:    []string{apiError, "mon: WARN - benign"},
+				rows:        []string{"mon agent/monitor: error"},
+			},
 		},
 		"removing the operator pin clears the stale-pin finding": {
 			obs: observe(group(withImage("api", on(webAPI))), withLatest("api", dB), withLive(webAPI, pinned(dB)),
