@@ -252,6 +252,21 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 		return e.object("StatefulSet", "db").Annotations[e.key("last-refreshed-db-digest")] == db
 	})
 
+	// Both groups report their gauges while managed …
+	groups := []string{group, e.ns + "/statefulset/db"}
+	gauges := []string{"image_refresh_target_on_digest", "image_refresh_group_locked_out", "image_refresh_last_tick_timestamp_seconds"}
+	eventually(t, 20*time.Second, "gauges of both discovered groups", func() bool {
+		_, body := get("http://" + ctl.metrics + "/metrics")
+		for _, g := range groups {
+			for _, m := range gauges {
+				if _, ok := metricValue(body, m, map[string]string{"group": g}); !ok {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
 	// Label removed: let go. The pin stays, the state annotations go, and
 	// the log says so.
 	e.label("Namespace", e.ns, map[string]*string{e.key("enabled"): nil})
@@ -268,6 +283,17 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 	}
 	if got := e.image("api", "api"); got != pinned {
 		t.Errorf("let go changed the image to %s, want the pin %s kept", got, pinned)
+	}
+	// … and none once let go (D2): a group nobody manages any more must not
+	// keep its last state, and a locked-out 1 would page forever. The
+	// gauges go before the annotations.
+	_, body := get("http://" + ctl.metrics + "/metrics")
+	for _, g := range groups {
+		for _, m := range gauges {
+			if v, ok := metricValue(body, m, map[string]string{"group": g}); ok {
+				t.Errorf("%s{group=%q} = %s after the let-go, want the series gone", m, g, v)
+			}
+		}
 	}
 	if n := len(logLines(ctl.Logs(), "INFO", "let go", "state annotations were removed")); n < 2 {
 		t.Errorf("let go logged %d times, want once per workload:\n%s", n, ctl.Logs())

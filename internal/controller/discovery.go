@@ -245,21 +245,29 @@ func (c *Controller) discoverPass(ctx context.Context) error {
 	if c.OnGroups != nil {
 		c.OnGroups(all)
 	}
+	kept := map[string]bool{}
+	for _, g := range all {
+		kept[g.Name] = true
+	}
 	if !leading {
 		// Groups dropped while this replica does not lead are not let go
-		// here: it sweeps again once it leads.
+		// here: it sweeps again once it leads. It runs no pass, so their
+		// gauges can go at once.
 		d.swept = false
+		for name := range old {
+			if !kept[name] {
+				c.forgetMetrics(name)
+			}
+		}
 		return nil
 	}
 	// A pass of a group dropped here that is still running could write
-	// the state back after the let-go: wait for it (lockPass).
-	current := map[string]bool{}
-	for _, g := range res.Groups {
-		current[g.Name] = true
-	}
+	// the state back after the let-go, and its gauges: wait for it
+	// (lockPass); a later pass finds the group gone.
 	for name := range old {
-		if !current[name] {
+		if !kept[name] {
 			c.lockPass(name)()
+			c.forgetMetrics(name)
 		}
 	}
 	a := discovery.Adoption{Prefix: prefix, Workloads: c.Runner.Workloads, API: d.caches.api, Scope: d.scope, Log: c.Runner.Log}
@@ -322,6 +330,13 @@ func unused(old map[string]config.Group, all []config.Group) []config.Image {
 }
 
 // lockPass takes the pass lock of a group and returns its unlock.
+// forgetMetrics deletes the gauges of a group no longer managed (D2).
+func (c *Controller) forgetMetrics(group string) {
+	if c.Runner.Metrics != nil {
+		c.Runner.Metrics.ForgetGroup(group)
+	}
+}
+
 func (c *Controller) lockPass(group string) func() {
 	m, _ := c.passLocks.LoadOrStore(group, &sync.Mutex{})
 	mu := m.(*sync.Mutex)

@@ -31,6 +31,18 @@ type Metrics struct {
 	RateLimit          RateLimit
 }
 
+// ForgetGroup deletes the gauges of a group image-refresh no longer manages
+// (a discovered group whose label was removed, D2). They would otherwise
+// keep the group's last state until the process restarts, and a locked-out
+// or needs-attention 1 would keep an alert firing for a group nobody asks
+// image-refresh to manage. Counters stay: rate() over them is unaffected.
+func (m *Metrics) ForgetGroup(group string) {
+	l := prometheus.Labels{"group": group}
+	for _, v := range []*prometheus.GaugeVec{m.TargetOnDigest, m.PodsOffDigest, m.GroupLockedOut, m.NeedsAttention, m.LastTick} {
+		v.DeletePartialMatch(l)
+	}
+}
+
 // New registers every metric on a fresh registry (one-shot ticks).
 func New() *Metrics {
 	reg := prometheus.NewRegistry()
