@@ -300,6 +300,43 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 	}
 }
 
+// D1, D2: a container newly listed in ignore-containers leaves the
+// discovered group, and its target series leave /metrics with it; the
+// group's other target keeps its series.
+func TestRun_D1_D2_AContainerNewlyIgnoredLeavesNoTargetSeries(t *testing.T) {
+	e := discoveryEnv(t)
+	e.push("api", "prod")
+	e.push("side", "prod")
+	testenv.Deployment(t, e.c.Client, e.ns, "web",
+		testenv.WithContainer("api", e.repo("api")+":prod"), testenv.WithContainer("side", e.repo("side")+":prod"))
+	e.settle("Deployment", "web")
+	group := e.ns + "/deployment/web"
+	ctl := e.startRun(e.settings(), "--poll-interval", "1h", "--watch-namespaces", e.ns)
+	ctl.waitReady(t)
+	e.enable("Deployment", "web")
+
+	has := func(body, container string) bool {
+		_, ok := metricValue(body, "image_refresh_target_on_digest", map[string]string{"group": group, "container": container})
+		return ok
+	}
+	eventually(t, 20*time.Second, "target series of both containers", func() bool {
+		_, body := get("http://" + ctl.metrics + "/metrics")
+		return has(body, "api") && has(body, "side")
+	})
+
+	from := ctl.passes(t, group)
+	e.annotate("web", map[string]*string{e.key("ignore-containers"): ptr("side")})
+	ctl.waitPasses(t, group, from, 1) // the pass over the group without side
+	eventually(t, 20*time.Second, "side's target series gone", func() bool {
+		_, body := get("http://" + ctl.metrics + "/metrics")
+		return !has(body, "side")
+	})
+	_, body := get("http://" + ctl.metrics + "/metrics")
+	if !has(body, "api") {
+		t.Errorf("the group's remaining target api lost its series too:\n%s", body)
+	}
+}
+
 // TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig builds
 // the binary as kubectl-image_refresh and runs it through kubectl, with no
 // config file: every managed target of the cluster (in scope: this test's

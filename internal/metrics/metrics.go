@@ -6,6 +6,7 @@ package metrics
 import (
 	"errors"
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,7 +30,13 @@ type Metrics struct {
 	AdmissionPins      *prometheus.CounterVec
 	AdmissionErrors    prometheus.Counter
 	RateLimit          RateLimit
+
+	mu      sync.Mutex
+	targets map[string]map[Target]bool // group → its targets (SetTargets)
 }
+
+// Target names one target in the labels of the target series.
+type Target struct{ Image, Namespace, Workload, Container string }
 
 // ForgetGroup deletes the gauges of a group image-refresh no longer manages
 // (a discovered group whose label was removed, D2). They would otherwise
@@ -41,6 +48,33 @@ func (m *Metrics) ForgetGroup(group string) {
 	for _, v := range []*prometheus.GaugeVec{m.TargetOnDigest, m.PodsOffDigest, m.GroupLockedOut, m.NeedsAttention, m.LastTick} {
 		v.DeletePartialMatch(l)
 	}
+	m.mu.Lock()
+	delete(m.targets, group)
+	m.mu.Unlock()
+}
+
+// SetTargets tells the group's targets now (its config, or what discovery
+// found): the target series of a target the group no longer has (a
+// container newly in ignore-containers, an image removed) are deleted, so
+// that they do not keep its last state.
+func (m *Metrics) SetTargets(group string, targets []Target) {
+	now := make(map[Target]bool, len(targets))
+	for _, t := range targets {
+		now[t] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for t := range m.targets[group] {
+		if !now[t] {
+			for _, v := range []*prometheus.GaugeVec{m.TargetOnDigest, m.PodsOffDigest} {
+				v.DeleteLabelValues(group, t.Image, t.Namespace, t.Workload, t.Container)
+			}
+		}
+	}
+	if m.targets == nil {
+		m.targets = map[string]map[Target]bool{}
+	}
+	m.targets[group] = now
 }
 
 // New registers every metric on a fresh registry (one-shot ticks).

@@ -51,3 +51,56 @@ func TestForgetGroup_D2_DeletesTheGroupsGaugesOnly(t *testing.T) {
 		t.Errorf("image_refresh_passes_total of the group let go: %d series, want the counter kept", n)
 	}
 }
+
+// D1, D2: a target the group no longer has (a container newly ignored)
+// leaves no target series behind; the group's other targets keep theirs.
+func TestSetTargets_D2_DeletesTheSeriesOfATargetTheGroupNoLongerHas(t *testing.T) {
+	m := New()
+	api := Target{Image: "api", Namespace: "ns", Workload: "web", Container: "api"}
+	side := Target{Image: "side", Namespace: "ns", Workload: "web", Container: "side"}
+	other := Target{Image: "side", Namespace: "ns", Workload: "web", Container: "side"} // same target, other group
+	set := func(group string, ts ...Target) {
+		m.SetTargets(group, ts)
+		for _, tg := range ts {
+			m.TargetOnDigest.WithLabelValues(group, tg.Image, tg.Namespace, tg.Workload, tg.Container).Set(1)
+			m.PodsOffDigest.WithLabelValues(group, tg.Image, tg.Namespace, tg.Workload, tg.Container).Set(0)
+		}
+	}
+	set("g", api, side)
+	set("h", other)
+	set("g", api) // side left the group
+
+	count := func(family, group, container string) int {
+		families, err := m.gatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range families {
+			if f.GetName() != family {
+				continue
+			}
+			for _, s := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range s.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["group"] == group && labels["container"] == container {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for _, family := range []string{"image_refresh_target_on_digest", "image_refresh_pods_off_digest"} {
+		if n := count(family, "g", "side"); n != 0 {
+			t.Errorf("%s keeps the series of the target that left group g", family)
+		}
+		if n := count(family, "g", "api"); n != 1 {
+			t.Errorf("%s has %d series of g's remaining target, want 1", family, n)
+		}
+		if n := count(family, "h", "side"); n != 1 {
+			t.Errorf("%s has %d series of group h's target, want it kept", family, n)
+		}
+	}
+}

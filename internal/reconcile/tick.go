@@ -13,6 +13,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -264,6 +265,13 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 		locked = 1
 	}
 	m.GroupLockedOut.WithLabelValues(p.Group).Set(locked)
+	var targets []metrics.Target
+	for _, img := range snap.Observation.Group.Images {
+		for _, t := range img.Targets {
+			targets = append(targets, metrics.Target{Image: img.Name, Namespace: t.Namespace, Workload: t.Name, Container: t.Container})
+		}
+	}
+	m.SetTargets(p.Group, targets)
 	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonDigestQuarantined, refresh.ReasonRewriteFight, refresh.ReasonRunningStale} {
 		v := 0.0
 		for _, f := range p.Findings {
