@@ -329,7 +329,6 @@ func unused(old map[string]config.Group, all []config.Group) []config.Image {
 	return out
 }
 
-// lockPass takes the pass lock of a group and returns its unlock.
 // forgetMetrics deletes the gauges of a group no longer managed (D2).
 func (c *Controller) forgetMetrics(group string) {
 	if c.Runner.Metrics != nil {
@@ -337,6 +336,7 @@ func (c *Controller) forgetMetrics(group string) {
 	}
 }
 
+// lockPass takes the pass lock of a group and returns its unlock.
 func (c *Controller) lockPass(group string) func() {
 	m, _ := c.passLocks.LoadOrStore(group, &sync.Mutex{})
 	mu := m.(*sync.Mutex)
