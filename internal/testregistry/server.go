@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/image-refresh/image-refresh/internal/freeport"
 )
 
 // Server is an in-memory registry with request accounting and switchable
@@ -135,7 +137,23 @@ func (s *Server) Host() string { return s.host }
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	s := New(opts...)
-	if err := s.Start("127.0.0.1:0"); err != nil {
+	// On a loopback port this process never gave out before: the host
+	// names every image the server holds, and a later test's registry on
+	// a reused port would meet what the nodes' image caches (N1) kept for
+	// the same repo:tag from an earlier test's pods — a stale tag no test
+	// asked for. A port another process took between the pick and the
+	// bind is picked again.
+	var err error
+	for range 5 {
+		var addr string
+		if addr, err = freeport.Addr(); err != nil {
+			break
+		}
+		if err = s.Start(addr); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
