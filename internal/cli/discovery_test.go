@@ -255,17 +255,19 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 	// Both groups report their gauges while managed …
 	groups := []string{group, e.ns + "/statefulset/db"}
 	gauges := []string{"image_refresh_target_on_digest", "image_refresh_group_locked_out", "image_refresh_last_tick_timestamp_seconds"}
-	eventually(t, 20*time.Second, "gauges of both discovered groups", func() bool {
+	// present lists the gauges of the two groups /metrics serves.
+	present := func() (out []string) {
 		_, body := get("http://" + ctl.metrics + "/metrics")
 		for _, g := range groups {
 			for _, m := range gauges {
-				if _, ok := metricValue(body, m, map[string]string{"group": g}); !ok {
-					return false
+				if v, ok := metricValue(body, m, map[string]string{"group": g}); ok {
+					out = append(out, fmt.Sprintf("%s{group=%q} = %s", m, g, v))
 				}
 			}
 		}
-		return true
-	})
+		return out
+	}
+	eventually(t, 20*time.Second, "gauges of both discovered groups", func() bool { return len(present()) == len(groups)*len(gauges) })
 
 	// Label removed: let go. The pin stays, the state annotations go, and
 	// the log says so.
@@ -287,13 +289,8 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 	// … and none once let go (D2): a group nobody manages any more must not
 	// keep its last state, and a locked-out 1 would page forever. The
 	// gauges go before the annotations.
-	_, body := get("http://" + ctl.metrics + "/metrics")
-	for _, g := range groups {
-		for _, m := range gauges {
-			if v, ok := metricValue(body, m, map[string]string{"group": g}); ok {
-				t.Errorf("%s{group=%q} = %s after the let-go, want the series gone", m, g, v)
-			}
-		}
+	for _, s := range present() {
+		t.Errorf("%s after the let-go, want the series gone", s)
 	}
 	if n := len(logLines(ctl.Logs(), "INFO", "let go", "state annotations were removed")); n < 2 {
 		t.Errorf("let go logged %d times, want once per workload:\n%s", n, ctl.Logs())

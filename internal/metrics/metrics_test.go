@@ -4,6 +4,36 @@ import (
 	"testing"
 )
 
+// series counts the series of family on m's registry whose labels include
+// every pair of want.
+func series(t *testing.T, m *Metrics, family string, want map[string]string) int {
+	t.Helper()
+	families, err := m.gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range s.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			match := true
+			for k, v := range want {
+				match = match && have[k] == v
+			}
+			if match {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // D2: a group let go leaves no gauge behind (a locked-out 1 would keep its
 // alert firing); other groups' gauges and every counter stay.
 func TestForgetGroup_D2_DeletesTheGroupsGaugesOnly(t *testing.T) {
@@ -19,35 +49,19 @@ func TestForgetGroup_D2_DeletesTheGroupsGaugesOnly(t *testing.T) {
 	}
 	m.ForgetGroup("ns/deployment/api")
 
-	families, err := m.gatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	series := map[string]map[string]int{} // family → group → series
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "group" {
-					if series[f.GetName()] == nil {
-						series[f.GetName()] = map[string]int{}
-					}
-					series[f.GetName()][l.GetValue()]++
-				}
-			}
-		}
-	}
-	for family, web := range map[string]int{
+	api, web := map[string]string{"group": "ns/deployment/api"}, map[string]string{"group": "ns/deployment/web"}
+	for family, kept := range map[string]int{
 		"image_refresh_target_on_digest": 1, "image_refresh_pods_off_digest": 1, "image_refresh_group_locked_out": 1,
 		"image_refresh_group_needs_attention": 2, "image_refresh_last_tick_timestamp_seconds": 1,
 	} {
-		if n := series[family]["ns/deployment/api"]; n != 0 {
+		if n := series(t, m, family, api); n != 0 {
 			t.Errorf("%s keeps %d series of the group let go, want none", family, n)
 		}
-		if n := series[family]["ns/deployment/web"]; n != web {
-			t.Errorf("%s has %d series of the other group, want its %d kept", family, n, web)
+		if n := series(t, m, family, web); n != kept {
+			t.Errorf("%s has %d series of the other group, want its %d kept", family, n, kept)
 		}
 	}
-	if n := series["image_refresh_passes_total"]["ns/deployment/api"]; n != 1 {
+	if n := series(t, m, "image_refresh_passes_total", api); n != 1 {
 		t.Errorf("image_refresh_passes_total of the group let go: %d series, want the counter kept", n)
 	}
 }
@@ -58,7 +72,6 @@ func TestSetTargets_D2_DeletesTheSeriesOfATargetTheGroupNoLongerHas(t *testing.T
 	m := New()
 	api := Target{Image: "api", Namespace: "ns", Workload: "web", Container: "api"}
 	side := Target{Image: "side", Namespace: "ns", Workload: "web", Container: "side"}
-	other := Target{Image: "side", Namespace: "ns", Workload: "web", Container: "side"} // same target, other group
 	set := func(group string, ts ...Target) {
 		m.SetTargets(group, ts)
 		for _, tg := range ts {
@@ -67,39 +80,17 @@ func TestSetTargets_D2_DeletesTheSeriesOfATargetTheGroupNoLongerHas(t *testing.T
 		}
 	}
 	set("g", api, side)
-	set("h", other)
-	set("g", api) // side left the group
+	set("h", side) // the same target in another group
+	set("g", api)  // side left group g
 
-	count := func(family, group, container string) int {
-		families, err := m.gatherer.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, f := range families {
-			if f.GetName() != family {
-				continue
-			}
-			for _, s := range f.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range s.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["group"] == group && labels["container"] == container {
-					n++
-				}
-			}
-		}
-		return n
-	}
 	for _, family := range []string{"image_refresh_target_on_digest", "image_refresh_pods_off_digest"} {
-		if n := count(family, "g", "side"); n != 0 {
+		if n := series(t, m, family, map[string]string{"group": "g", "container": "side"}); n != 0 {
 			t.Errorf("%s keeps the series of the target that left group g", family)
 		}
-		if n := count(family, "g", "api"); n != 1 {
+		if n := series(t, m, family, map[string]string{"group": "g", "container": "api"}); n != 1 {
 			t.Errorf("%s has %d series of g's remaining target, want 1", family, n)
 		}
-		if n := count(family, "h", "side"); n != 1 {
+		if n := series(t, m, family, map[string]string{"group": "h", "container": "side"}); n != 1 {
 			t.Errorf("%s has %d series of group h's target, want it kept", family, n)
 		}
 	}
