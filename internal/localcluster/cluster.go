@@ -194,6 +194,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if err := c.checkNodesRunPods(ctx, opts.Nodes, nodeCheckTimeout); err != nil {
+		return nil, err
+	}
 	if err := c.save(); err != nil {
 		return nil, err
 	}

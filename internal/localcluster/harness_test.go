@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,5 +256,49 @@ func TestHarness_N1_NodePullsWithThePodsPullSecret(t *testing.T) {
 	p := startPod(t, c.Client, ns, "with-secret", "node-1", tag, corev1.PullAlways, "regcred")
 	if id, want := p.Status.ContainerStatuses[0].ImageID, reg.Host()+"/acme/private@"+digest; id != want {
 		t.Errorf("pod with the pull secret reports %q, want %q", id, want)
+	}
+}
+
+// A node that looks Ready but does not start pods (its kwok loaded no pod
+// stage, its image agent is gone) fails the cluster's start with its name,
+// instead of leaving every rollout that lands on it unsettled (N1).
+func TestHarness_N1_StartFailsOnANodeThatDoesNotRunPods(t *testing.T) {
+	c := testenv.Cluster(t)
+	ctx := context.Background()
+	// A node that plays its part passes, and the check leaves no pod.
+	if err := c.CheckNodesRunPods(ctx, []string{"node-1"}, 60*time.Second); err != nil {
+		t.Fatalf("node-1 runs pods, but the check says: %v", err)
+	}
+	left, err := c.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=localcluster-node-check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) != 0 {
+		t.Errorf("the check left %d pods behind", len(left.Items))
+	}
+
+	if err := c.StopImageAgent("node-2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.StartNodeAgain("node-2")
+		_ = c.Client.CoreV1().Pods("kube-system").Delete(context.Background(), "localcluster-node-check-node-2", metav1.DeleteOptions{})
+	})
+	err = c.CheckNodesRunPods(ctx, []string{"node-2"}, 3*time.Second)
+	if err == nil {
+		t.Fatal("node-2 has no image agent, so its pods stay Pending, but the check passed")
+	}
+	for _, want := range []string{"node-2", "Pending", "agent-node-2.log"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the check's error does not name %q: %v", want, err)
+		}
+	}
+
+	// The same node with its agent back runs the pod the check left.
+	if err := c.StartNodeAgain("node-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckNodesRunPods(ctx, []string{"node-2"}, 60*time.Second); err != nil {
+		t.Fatalf("node-2 with its agent back: %v", err)
 	}
 }

@@ -96,7 +96,7 @@ func (c *Cluster) startNode(name string, i int) error {
 }
 
 // AddNode creates one more fake node, with its own kwok process, and waits
-// until it is Ready.
+// until it is Ready and has run a pod.
 func (c *Cluster) AddNode(ctx context.Context, name string) error {
 	if _, err := c.nodeIndex(name); err == nil {
 		return fmt.Errorf("node %s already exists", name)
@@ -108,7 +108,10 @@ func (c *Cluster) AddNode(ctx context.Context, name string) error {
 	if err := c.startNode(name, len(c.NodeNames)-1); err != nil {
 		return err
 	}
-	return c.WaitNodeReady(ctx, name, true)
+	if err := c.WaitNodeReady(ctx, name, true); err != nil {
+		return err
+	}
+	return c.checkNodesRunPods(ctx, []string{name}, nodeCheckTimeout)
 }
 
 // NodeDown makes a node NotReady the way a real one goes: the kwok process

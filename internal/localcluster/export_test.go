@@ -1,0 +1,23 @@
+package localcluster
+
+import (
+	"context"
+	"time"
+)
+
+// CheckNodesRunPods is checkNodesRunPods, for the harness tests.
+func (c *Cluster) CheckNodesRunPods(ctx context.Context, nodes []string, timeout time.Duration) error {
+	return c.checkNodesRunPods(ctx, nodes, timeout)
+}
+
+// StopImageAgent stops node's image agent only; its kwok goes on.
+func (c *Cluster) StopImageAgent(node string) error { return c.stopAgent(node) }
+
+// StartNodeAgain starts whatever of node's agent and kwok is not running.
+func (c *Cluster) StartNodeAgain(node string) error {
+	i, err := c.nodeIndex(node)
+	if err != nil {
+		return err
+	}
+	return c.startNode(node, i)
+}
