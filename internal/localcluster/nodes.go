@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // nodeAnnotation selects which kwok process manages a node: each node has
@@ -146,8 +149,9 @@ func (c *Cluster) StopNodeAgent(name string) error {
 }
 
 // NodeUp restarts the node's kwok process and image agent and waits until
-// it is Ready. Its pods are Ready again soon after (pod-ready-again), as a
-// kubelet re-reports them.
+// it is Ready and has re-reported its pods, as a kubelet does: a running
+// pod is Ready again (pod-ready-again, every readiness gate permitting), and
+// a pending one whose images are settled starts.
 func (c *Cluster) NodeUp(ctx context.Context, name string) error {
 	i, err := c.nodeIndex(name)
 	if err != nil {
@@ -156,7 +160,85 @@ func (c *Cluster) NodeUp(ctx context.Context, name string) error {
 	if err := c.startNode(name, i); err != nil {
 		return err
 	}
-	return c.WaitNodeReady(ctx, name, true)
+	if err := c.WaitNodeReady(ctx, name, true); err != nil {
+		return err
+	}
+	return c.waitPodsReReported(ctx, name)
+}
+
+// nudgeAnnotation is the pod annotation waitPodsReReported writes.
+const nudgeAnnotation = "localcluster.image-refresh/nudge"
+
+// waitPodsReReported waits until no pod of node is left that its kwok should
+// move on (waitsForNode), and writes an annotation on each such pod about
+// once a second meanwhile.
+//
+// The write is needed because kwok (v0.8) plays a pod's stages only while
+// its lease cache shows it holding the node's lease. A restarted kwok takes
+// the lease over from the one that ran before and lists the node's pods at
+// once; a pod it reads before its cache shows the new holder is skipped
+// ("read only") and not looked at again until the pod changes. On a loaded
+// machine that left a DaemonSet's pod NotReady for good.
+func (c *Cluster) waitPodsReReported(ctx context.Context, node string) error {
+	polls := 0
+	return c.poll(ctx, "wait for the pods of node "+node+" to be re-reported", 60*time.Second, "kwok-"+node, func(ctx context.Context) error {
+		list, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+		polls++
+		var waiting []string
+		for i := range list.Items {
+			p := &list.Items[i]
+			if !waitsForNode(p) {
+				continue
+			}
+			waiting = append(waiting, p.Namespace+"/"+p.Name)
+			if polls%10 == 0 {
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, nudgeAnnotation, strconv.Itoa(polls))
+				_, _ = c.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			}
+		}
+		if len(waiting) > 0 {
+			return fmt.Errorf("not re-reported yet: %s: %w", strings.Join(waiting, ", "), errNotReady)
+		}
+		return nil
+	})
+}
+
+// waitsForNode reports whether p is a pod its node's kwok has to move on:
+// pending with its images settled (pod-ready starts it), or running with
+// ready containers but not Ready although every readiness gate is True
+// (pod-ready-again). A Job's pods and pods being deleted are left alone, as
+// the stages leave them.
+func waitsForNode(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "Job" {
+			return false
+		}
+	}
+	cond := map[corev1.PodConditionType]corev1.ConditionStatus{}
+	for _, c := range p.Status.Conditions {
+		cond[c.Type] = c.Status
+	}
+	switch p.Status.Phase {
+	case corev1.PodPending:
+		return cond[ImagesPulledCondition] == corev1.ConditionTrue
+	case corev1.PodRunning:
+		if cond[corev1.ContainersReady] != corev1.ConditionTrue || cond[corev1.PodReady] == corev1.ConditionTrue {
+			return false
+		}
+		for _, g := range p.Spec.ReadinessGates {
+			if cond[g.ConditionType] != corev1.ConditionTrue {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // WaitNodeReady waits until the node's Ready condition is True (ready) or
