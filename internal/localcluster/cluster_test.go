@@ -59,12 +59,15 @@ func TestCluster_AddNodeJoinsTheDaemonSet(t *testing.T) {
 	ctx := context.Background()
 	ns := testenv.Namespace(t, c.Client)
 	testenv.DaemonSet(t, c.Client, ns, "agent", testenv.WithTolerateAll())
-	if err := c.AddNode(ctx, "node-4"); err != nil {
+	// A name no earlier run of this test used (-count=N): the cluster
+	// keeps the names of the nodes it was given.
+	node := fmt.Sprintf("node-%d", len(c.NodeNames)+1)
+	if err := c.AddNode(ctx, node); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = c.StopNodeAgent("node-4")
-		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), "node-4", metav1.DeleteOptions{})
+		_ = c.StopNodeAgent(node)
+		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
 	})
 	if err := testenv.WaitSettled(ctx, c.Client, "DaemonSet", ns, "agent", 60*time.Second); err != nil {
 		t.Fatal(err)
@@ -74,7 +77,7 @@ func TestCluster_AddNodeJoinsTheDaemonSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ds.Status.NumberAvailable != 4 {
-		t.Errorf("DaemonSet runs %d pods with node-4 added, want 4", ds.Status.NumberAvailable)
+		t.Errorf("DaemonSet runs %d pods with %s added, want 4", ds.Status.NumberAvailable, node)
 	}
 }
 

@@ -196,7 +196,11 @@ func (c *Cluster) waitPodsReReported(ctx context.Context, node string) error {
 			waiting = append(waiting, p.Namespace+"/"+p.Name)
 			if polls%10 == 0 {
 				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, nudgeAnnotation, strconv.Itoa(polls))
-				_, _ = c.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				done := "nudged"
+				if _, err := c.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					done = "nudge failed: " + err.Error()
+				}
+				c.logf("node %s is back, pod %s/%s not re-reported yet: %s", node, p.Namespace, p.Name, done)
 			}
 		}
 		if len(waiting) > 0 {
