@@ -68,14 +68,20 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, reg: reg, logs: &bytes.Buffer{}, asked: make(chan string, 100), changed: make(chan string, 100)}
-	var armed atomic.Bool // only changes after the first answers count
+	// Only changes after the first answers count. A key's first answer is
+	// a change too, reported after its ask was (Resolve returns first):
+	// they go to first, and newWorld waits for both before arming.
+	var armed atomic.Bool
+	first := make(chan string, 2)
 	w.poller = &poller.Poller{Interval: time.Hour, Resolve: func(ctx context.Context, img config.Image) (string, error) {
 		defer func() { w.asked <- poller.Key(img) }()
 		return res.Latest(ctx, img.Repository, img.Tag, nil)
 	}, OnChange: func(k string) {
 		if armed.Load() {
 			w.changed <- k
+			return
 		}
+		first <- k
 	}}
 	reg.MustPushRandomImage(t, "acme/api", "prod")
 	reg.MustPushRandomImage(t, "acme/web", "prod")
@@ -89,6 +95,9 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(func() { cancel(); <-done })
 	for range 2 { // the first asks of both, in either order
 		testwait.Recv(t, w.asked, "the poller's first asks")
+	}
+	for range 2 {
+		testwait.Recv(t, first, "the poller's first answers to be reported")
 	}
 	armed.Store(true)
 	w.metrics = NewMetrics(prometheus.NewRegistry())
