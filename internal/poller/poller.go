@@ -85,7 +85,8 @@ func (p *Poller) Add(imgs ...config.Image) {
 // removes an image once no group uses its repository:tag any more (a
 // workload let go, a group no longer discovered, D1), so that the registry
 // is not asked for it forever. An ask already running ends normally; its
-// answer is dropped. Latest or Refresh of it later adds it again.
+// answer is dropped. Latest or Refresh of it later asks once and does not
+// add it again: only Add does.
 func (p *Poller) Remove(imgs ...config.Image) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -101,8 +102,14 @@ func (p *Poller) Keys() []string {
 	return slices.Sorted(maps.Keys(p.entries))
 }
 
-// Latest returns the last answer for img; before the first poll it polls
-// once synchronously. It satisfies reconcile.Latest.
+// Latest returns the last answer for img; before the first poll of an
+// added image it polls once synchronously. It satisfies reconcile.Latest.
+//
+// An image that is not added (never, or removed because no group uses it
+// any more) is asked once and not added: the caller is a pass of a group
+// that discovery let go while the pass was queued or running, and adding
+// the image back would have it polled with no group left to remove it
+// (C2, D1).
 func (p *Poller) Latest(ctx context.Context, img config.Image, _ func() authn.Keychain) refresh.Resolution {
 	p.mu.Lock()
 	e, ok := p.entries[Key(img)]
@@ -112,10 +119,10 @@ func (p *Poller) Latest(ctx context.Context, img config.Image, _ func() authn.Ke
 		res = e.res
 	}
 	p.mu.Unlock()
-	if !ok {
-		p.Add(img)
-	}
-	if polled {
+	switch {
+	case !ok:
+		return p.askOnce(ctx, img)
+	case polled:
 		return res
 	}
 	return p.poll(ctx, Key(img))
@@ -123,10 +130,26 @@ func (p *Poller) Latest(ctx context.Context, img config.Image, _ func() authn.Ke
 
 // Refresh asks the registry for img now (sharing an ask already running)
 // and keeps the answer, as a due poll would. The reconciler calls it before
-// re-imaging a target away from a digest it runs (reconcile.Refresher).
+// re-imaging a target away from a digest it runs (reconcile.Refresher). An
+// image that is not added is asked once and not added, as in Latest.
 func (p *Poller) Refresh(ctx context.Context, img config.Image) refresh.Resolution {
-	p.Add(img)
+	p.mu.Lock()
+	_, ok := p.entries[Key(img)]
+	p.mu.Unlock()
+	if !ok {
+		return p.askOnce(ctx, img)
+	}
 	return p.poll(ctx, Key(img))
+}
+
+// askOnce asks the registry for an image that is not polled; nothing is
+// kept and no change is reported.
+func (p *Poller) askOnce(ctx context.Context, img config.Image) refresh.Resolution {
+	d, err := p.Resolve(ctx, img)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.asks++
+	return refresh.Resolution{Digest: d, Err: err, Ask: p.asks}
 }
 
 // Kick makes every registered image that match accepts due after the

@@ -295,6 +295,7 @@ func TestPoller_R1_EachAnswerNamesTheAskThatGaveIt(t *testing.T) {
 		return "", errors.New("503 Service Unavailable")
 	}}
 	i := img("r/a", "prod", "a")
+	p.Add(i)
 	ctx := context.Background()
 	first := p.Latest(ctx, i, nil)
 	again := p.Latest(ctx, i, nil)
@@ -355,5 +356,28 @@ func TestPoller_C2_D1_ARemovedImageIsNoLongerAsked(t *testing.T) {
 		if n := count("r/gone:prod"); n != 2 {
 			t.Fatalf("interval %d after Remove: the removed r/gone:prod was asked again (%d asks, want 2)", i+1, n)
 		}
+	}
+	// A pass of the group let go that was still queued reads the image:
+	// each read asks once and answers, and the image is not polled again.
+	if got := p.Latest(context.Background(), gone, nil); got.Err != nil || got.Digest == "" {
+		t.Fatalf("Latest of the removed image = %+v, want an answer", got)
+	}
+	if got := p.Refresh(context.Background(), gone); got.Err != nil || got.Digest == "" {
+		t.Fatalf("Refresh of the removed image = %+v, want an answer", got)
+	}
+	if n := count("r/gone:prod"); n != 4 {
+		t.Fatalf("Latest and Refresh of the removed image asked %d times in all, want 4 (2 + one each)", n)
+	}
+	for i := range 3 {
+		step(time.Minute)
+		if n := count("r/kept:prod"); n != 6+i {
+			t.Fatalf("interval %d after the late reads: r/kept:prod asked %d times, want %d", i+1, n, 6+i)
+		}
+		if n := count("r/gone:prod"); n != 4 {
+			t.Fatalf("interval %d after the late reads: r/gone:prod is polled again (%d asks, want 4): a late read added it back", i+1, n)
+		}
+	}
+	if got := p.Keys(); len(got) != 1 || got[0] != "r/kept:prod" {
+		t.Errorf("polled keys after the late reads: %v, want [r/kept:prod]", got)
 	}
 }
