@@ -645,3 +645,51 @@ func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testin
 		t.Fatalf("the Lease moved from %q to %q: the webhook's replica was not a standby throughout", first, h)
 	}
 }
+
+// C2, D1: once discovery lets go of the last group that uses an image,
+// `run` stops asking the registry for it; the images other groups use are
+// still polled.
+func TestRun_C2_D1_AnImageNoGroupUsesAnyMoreIsNoLongerPolled(t *testing.T) {
+	e := discoveryEnv(t)
+	api := e.push("api", "prod")
+	web := e.push("web", "prod")
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", e.repo("api")+":prod"))
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", e.repo("web")+":prod"))
+	e.settle("Deployment", "api")
+	e.settle("Deployment", "web")
+	ctl := e.startRun(e.settings(), "--poll-interval", "1s", "--watch-namespaces", e.ns)
+	ctl.waitReady(t)
+	e.enable("Deployment", "api")
+	e.enable("Deployment", "web")
+	for name, digest := range map[string]string{"api": api, "web": web} {
+		eventually(t, 20*time.Second, name+" recorded", func() bool {
+			return e.annotations(name)[e.key("last-refreshed-"+name+"-digest")] == digest
+		})
+	}
+	// asks counts the registry's manifest requests for repo:prod.
+	asks := func(repo string) int {
+		p := "/v2/acme/" + repo + "/manifests/prod"
+		return e.reg.Count("HEAD", p) + e.reg.Count("GET", p)
+	}
+	// twoMorePolls waits until the poller asked for web twice more: a
+	// poll of api that was already on its way has been answered by then.
+	twoMorePolls := func(what string) {
+		from := asks("web")
+		eventually(t, 30*time.Second, what, func() bool { return asks("web") >= from+2 })
+	}
+	twoMorePolls("web polled while api is managed")
+	if asks("api") == 0 {
+		t.Fatal("api was never polled while managed: the check below would prove nothing")
+	}
+
+	e.label("Deployment", "api", map[string]*string{e.key("enabled"): nil})
+	eventually(t, 20*time.Second, "api let go", func() bool {
+		return e.annotations("api")[e.key("last-refreshed-api-digest")] == ""
+	})
+	twoMorePolls("web polled after the let-go")
+	before := asks("api")
+	twoMorePolls("web polled twice more")
+	if after := asks("api"); after != before {
+		t.Errorf("api was asked %d more times after its only group was let go, while web was polled twice; want none", after-before)
+	}
+}
