@@ -50,6 +50,7 @@ func TestRun_R1_C3_AStalePollAnswerIsAskedAgainBeforeItIsCalledInconsistent(t *t
 	}}
 	ctx := context.Background()
 	g, img := cfg.Groups[0], cfg.Groups[0].Images[0]
+	p.Add(img) // as the controller adds a group's images
 	if res := p.Refresh(ctx, img); res.Err != nil || res.Digest != first {
 		t.Fatalf("the poller's first answer %+v, want %s", res, first)
 	}
@@ -112,6 +113,7 @@ func TestRun_R1_TheResolveFailureStreakCountsFailedAsksNotPasses(t *testing.T) {
 	}}
 	ctx := context.Background()
 	g, img := cfg.Groups[0], cfg.Groups[0].Images[0]
+	p.Add(img) // as the controller adds a group's images
 	streak := e.key("resolve-failure-streak-web")
 	e.reg.SetFault(testregistry.Fault{Status: http.StatusServiceUnavailable})
 	defer e.reg.ClearFault()
