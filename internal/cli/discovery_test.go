@@ -651,17 +651,16 @@ func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testin
 // still polled.
 func TestRun_C2_D1_AnImageNoGroupUsesAnyMoreIsNoLongerPolled(t *testing.T) {
 	e := discoveryEnv(t)
-	api := e.push("api", "prod")
-	web := e.push("web", "prod")
-	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", e.repo("api")+":prod"))
-	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", e.repo("web")+":prod"))
-	e.settle("Deployment", "api")
-	e.settle("Deployment", "web")
+	digests := map[string]string{}
+	for _, name := range []string{"api", "web"} { // Deployment name = container = repo
+		digests[name] = e.push(name, "prod")
+		testenv.Deployment(t, e.c.Client, e.ns, name, testenv.WithContainer(name, e.repo(name)+":prod"))
+		e.settle("Deployment", name)
+	}
 	ctl := e.startRun(e.settings(), "--poll-interval", "1s", "--watch-namespaces", e.ns)
 	ctl.waitReady(t)
-	e.enable("Deployment", "api")
-	e.enable("Deployment", "web")
-	for name, digest := range map[string]string{"api": api, "web": web} {
+	for name, digest := range digests {
+		e.enable("Deployment", name)
 		eventually(t, 20*time.Second, name+" recorded", func() bool {
 			return e.annotations(name)[e.key("last-refreshed-"+name+"-digest")] == digest
 		})

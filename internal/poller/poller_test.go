@@ -344,19 +344,26 @@ func TestPoller_C2_D1_ARemovedImageIsNoLongerAsked(t *testing.T) {
 			t.Fatalf("%s asked %d times after one interval, want 2", k, n)
 		}
 	}
+	// onlyKeptIsPolled steps three intervals after what: r/kept:prod is
+	// asked once each (from keptAsks on), r/gone:prod stays at goneAsks,
+	// and only r/kept:prod is polled.
+	onlyKeptIsPolled := func(what string, keptAsks, goneAsks int) {
+		t.Helper()
+		for i := range 3 {
+			step(time.Minute)
+			if n := count("r/kept:prod"); n != keptAsks+i {
+				t.Fatalf("interval %d after %s: r/kept:prod asked %d times, want %d", i+1, what, n, keptAsks+i)
+			}
+			if n := count("r/gone:prod"); n != goneAsks {
+				t.Fatalf("interval %d after %s: the removed r/gone:prod is polled again (%d asks, want %d)", i+1, what, n, goneAsks)
+			}
+		}
+		if got := p.Keys(); len(got) != 1 || got[0] != "r/kept:prod" {
+			t.Errorf("polled keys after %s: %v, want [r/kept:prod]", what, got)
+		}
+	}
 	p.Remove(gone)
-	if got := p.Keys(); len(got) != 1 || got[0] != "r/kept:prod" {
-		t.Errorf("polled keys after Remove: %v, want [r/kept:prod]", got)
-	}
-	for i := range 3 {
-		step(time.Minute)
-		if n := count("r/kept:prod"); n != 3+i {
-			t.Fatalf("interval %d after Remove: r/kept:prod asked %d times, want %d", i+1, n, 3+i)
-		}
-		if n := count("r/gone:prod"); n != 2 {
-			t.Fatalf("interval %d after Remove: the removed r/gone:prod was asked again (%d asks, want 2)", i+1, n)
-		}
-	}
+	onlyKeptIsPolled("Remove", 3, 2)
 	// A pass of the group let go that was still queued reads the image:
 	// each read asks once and answers, and the image is not polled again.
 	if got := p.Latest(context.Background(), gone, nil); got.Err != nil || got.Digest == "" {
@@ -368,16 +375,5 @@ func TestPoller_C2_D1_ARemovedImageIsNoLongerAsked(t *testing.T) {
 	if n := count("r/gone:prod"); n != 4 {
 		t.Fatalf("Latest and Refresh of the removed image asked %d times in all, want 4 (2 + one each)", n)
 	}
-	for i := range 3 {
-		step(time.Minute)
-		if n := count("r/kept:prod"); n != 6+i {
-			t.Fatalf("interval %d after the late reads: r/kept:prod asked %d times, want %d", i+1, n, 6+i)
-		}
-		if n := count("r/gone:prod"); n != 4 {
-			t.Fatalf("interval %d after the late reads: r/gone:prod is polled again (%d asks, want 4): a late read added it back", i+1, n)
-		}
-	}
-	if got := p.Keys(); len(got) != 1 || got[0] != "r/kept:prod" {
-		t.Errorf("polled keys after the late reads: %v, want [r/kept:prod]", got)
-	}
+	onlyKeptIsPolled("the late reads", 6, 4)
 }
