@@ -44,13 +44,19 @@ demo:
 distribution:
 	@hack/install-distribution.sh
 
+# The Debian packages the real node runs (containerd, runc, CNI plugins,
+# iptables); a no-op once installed.
+.PHONY: real-node-deps
+real-node-deps:
+	@hack/install-real-node.sh
+
 # internal/cli's tests (each test binary starts a local cluster of its own)
 # are most of `make test`, and mostly wait on the cluster; they run as two
 # test processes at once, next to every other package: the tests CLI_SHARD
 # matches, and all the others (-skip the same pattern, so every test runs
 # exactly once, a new one included).
 CLI_SHARD := ^Test(Tick|Helm|Faults)
-test: cluster-bin vet vulncheck distribution promtool
+test: cluster-bin real-node-deps vet vulncheck distribution promtool
 	@pids=(); \
 	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/internal/cli$$') & pids+=($$!); \
 	$(GO) test -race -count=1 -timeout 25m -run '$(CLI_SHARD)' ./internal/cli & pids+=($$!); \
@@ -74,12 +80,15 @@ promtool:
 fuzz:
 	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" hack/fuzz.sh
 
-$(LOCALCLUSTER): $(shell find hack/localcluster internal/localcluster internal/testregistry -name '*.go' -o -name '*.yaml' 2>/dev/null)
+$(LOCALCLUSTER): $(shell find hack/localcluster internal/localcluster internal/testregistry -name '*.go' -o -name '*.yaml' -o -name '*.txt' 2>/dev/null)
 	@$(GO) build -o $@ ./hack/localcluster
 
-# Prints exactly two lines: eval "$(make -s cluster-up)"
+# Prints exactly two lines: eval "$(make -s cluster-up)". REAL_NODES=1 adds
+# a node run by a real kubelet and containerd (docs/local-cluster.md).
+REAL_NODES ?= 0
 cluster-up: $(LOCALCLUSTER)
-	@bindir=$$(hack/build-cluster.sh) && $(LOCALCLUSTER) up "$$bindir" "$(RUN_DIR)"
+	@if [[ "$(REAL_NODES)" != 0 ]]; then hack/install-real-node.sh; fi
+	@bindir=$$(hack/build-cluster.sh) && REAL_NODES="$(REAL_NODES)" $(LOCALCLUSTER) up "$$bindir" "$(RUN_DIR)"
 
 cluster-down: $(LOCALCLUSTER)
 	@$(LOCALCLUSTER) down "$(RUN_DIR)"

@@ -5,7 +5,9 @@
 #   etcd (go.etcd.io/etcd/server/v3, the version kubernetes pins), kwok,
 #   helm (helm.sh/helm/v4, for `make demo` and the chart tests),
 #   helm3 (helm.sh/helm/v3 as pinned by clusterbin/helm3/go.mod, for the
-#   tests that run each Helm major).
+#   tests that run each Helm major),
+#   kubelet and kube-proxy (k8s.io/kubernetes as pinned by
+#   clusterbin/node/go.mod, for the real node: docs/local-cluster.md).
 # Idempotent: stamp files record what was built; nothing is rebuilt when they
 # match. helm3 has a stamp of its own, so a cache built before it existed
 # (or by a checkout without it) gets only helm3 added, not a full rebuild.
@@ -20,6 +22,8 @@ stamp="$cache/.stamp"
 want="k8s=${K8S_VERSION} kwok=${KWOK_VERSION} wrapper=$(cat "$here/clusterbin/go.mod" "$here/clusterbin/go.sum" "$here/clusterbin/etcd/main.go" | sha256sum | cut -c1-16)"
 stamp3="$cache/.stamp-helm3"
 want3="helm3=$(cat "$here/clusterbin/helm3/go.mod" "$here/clusterbin/helm3/go.sum" | sha256sum | cut -c1-16)"
+stampn="$cache/.stamp-node"
+wantn="node=${K8S_VERSION} $(cat "$here/clusterbin/node/go.mod" "$here/clusterbin/node/go.sum" | sha256sum | cut -c1-16)"
 
 log() { printf '[build-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -36,8 +40,11 @@ cluster_built() {
 helm3_built() {
   [[ -f "$stamp3" && "$(cat "$stamp3")" == "$want3" && -x "$cache/helm3" ]]
 }
+node_built() {
+  [[ -f "$stampn" && "$(cat "$stampn")" == "$wantn" && -x "$cache/kubelet" && -x "$cache/kube-proxy" ]]
+}
 exit_if_built() {
-  cluster_built && helm3_built || return 0
+  cluster_built && helm3_built && node_built || return 0
   echo "$cache"
   exit 0
 }
@@ -116,7 +123,29 @@ build_helm3() {
   log "  helm3: done in $((SECONDS - start)) s"
 }
 
+# The real node's kubelet and kube-proxy, from a module of their own (their
+# dependencies add go.sum lines the control plane does not need), with the
+# control plane's version ldflags.
+build_node() {
+  local start=$SECONDS dir="$here/clusterbin/node" name ldflags=""
+  local maj=${K8S_VERSION#v}; maj=${maj%%.*}
+  local min=${K8S_VERSION#v*.}; min=${min%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=${K8S_VERSION} -X $pkg.gitMajor=${maj} -X $pkg.gitMinor=${min}"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  for name in kubelet kube-proxy; do
+    log "  $name: building k8s.io/kubernetes/cmd/$name"
+    (cd "$dir" && go build -ldflags "$ldflags" -o "$cache/$name.tmp" "k8s.io/kubernetes/cmd/$name") \
+      || die "building $name failed (see the go output above)"
+    mv "$cache/$name.tmp" "$cache/$name"
+  done
+  echo "$wantn" > "$stampn"
+  log "  kubelet, kube-proxy: done in $((SECONDS - start)) s"
+}
+
 if ! cluster_built; then build_cluster; fi
 if ! helm3_built; then build_helm3; fi
+if ! node_built; then build_node; fi
 log "all built in $((SECONDS - total_start)) s ($(du -sh "$cache" | cut -f1))"
 echo "$cache"

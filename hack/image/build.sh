@@ -7,9 +7,10 @@
 #   TAG                  default dev
 #   VERSION              the version stamp `image-refresh version` prints;
 #                        default the chart's appVersion + "-dev"
-#   KO_DEFAULTBASEIMAGE  the base; unset: a minimal base (no layers, linux/amd64,
-#                        user 65532) is pushed to $REGISTRY/image-refresh-base
-#                        first, since no registry with a real base is reachable
+#   KO_DEFAULTBASEIMAGE  the base; unset: a minimal base (one layer, the CA roots
+#                        of this machine; linux/amd64, user 65532) is pushed to
+#                        $REGISTRY/image-refresh-base first, since no registry
+#                        with a real base is reachable
 #   KO_VERSION, TOOLS_DIR  see install-ko.sh
 set -euo pipefail
 
@@ -40,6 +41,20 @@ export VERSION
 
 ko=$(hack/image/install-ko.sh)
 
+# A registry off loopback that answers plain HTTP (the real node's forward of
+# the local registry, 198.18.x.2:port) is written to as such; loopback hosts
+# are plain HTTP to ko and go-containerregistry already.
+insecure=()
+case "$REGISTRY" in
+127.*|localhost|localhost:*|"[::1]"*) ;;
+*)
+	if command -v curl >/dev/null && curl -s -o /dev/null --max-time 5 "http://$REGISTRY/v2/"; then
+		insecure=(--insecure-registry)
+		export INSECURE=1
+	fi
+	;;
+esac
+
 if [[ -z "${KO_DEFAULTBASEIMAGE:-}" ]]; then
 	KO_DEFAULTBASEIMAGE=$("$GO" run ./hack/image/base "$REGISTRY/image-refresh-base:scratch")
 	echo "base: $KO_DEFAULTBASEIMAGE" >&2
@@ -51,7 +66,7 @@ export KO_DOCKER_REPO="$REGISTRY/image-refresh"
 # per-build user in .ko.yaml. --sbom none: no SBOM artifact beside the image.
 # GIT_DIR points nowhere: ko runs git (status, describe) only to fill {{.Git}}
 # in templates, which .ko.yaml does not use; the work tree is left alone.
-ref=$(GIT_DIR=/nonexistent "$ko" build --bare --tags "$TAG" --platform linux/amd64 \
+ref=$(GIT_DIR=/nonexistent "$ko" build "${insecure[@]}" --bare --tags "$TAG" --platform linux/amd64 \
 	--image-user 65532:65532 --sbom none .)
 echo "image-refresh $VERSION: $ref" >&2
 echo "chart values: --set image.repository=$KO_DOCKER_REPO --set image.tag=$TAG --set image.digest=${ref##*@}" >&2

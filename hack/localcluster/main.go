@@ -11,11 +11,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +28,7 @@ import (
 
 const usage = `usage: localcluster <command> [args]
   up BINDIR RUNDIR      start the cluster and a loopback registry; print two export lines
+                        (REAL_NODES=1: also a real node, kubelet and containerd)
   down RUNDIR           stop every process the cluster started
   node-down RUNDIR NODE make NODE NotReady (stops its kwok)
   node-up RUNDIR NODE   make NODE Ready again (its pods are re-reported Ready)
@@ -33,6 +36,7 @@ const usage = `usage: localcluster <command> [args]
                         make NODE run DIGEST for IMAGE (repo:tag or repo@digest) from
                         now on, e.g. a stale cached tag; without IMAGE print its cache
   node-agent RUNDIR NODE    (internal) run NODE's image agent
+  node-forward RUNDIR       (internal) run the real node's forwarder
   serve-registry ADDRFILE   (internal) serve the registry, write its address to ADDRFILE`
 
 func main() {
@@ -111,6 +115,11 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return localcluster.RunNodeAgent(ctx, args[1], args[2], os.Stderr)
+	case "node-forward":
+		if err := need(1); err != nil {
+			return err
+		}
+		return localcluster.RunNodeForwarder(ctx, args[1], os.Stderr)
 	case "serve-registry":
 		if err := need(1); err != nil {
 			return err
@@ -147,10 +156,18 @@ func up(ctx context.Context, binDir, runDir string) error {
 	if err != nil {
 		return err
 	}
+	realNodes := 0
+	if v := os.Getenv("REAL_NODES"); v != "" && v != "0" {
+		if realNodes, err = strconv.Atoi(v); err != nil || realNodes < 0 {
+			return fmt.Errorf("REAL_NODES=%q: want a number of real nodes (0 or 1)", v)
+		}
+	}
 	c, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir: binDir, RunDir: runDir, Detach: true, Log: os.Stderr,
-		// Each node's image agent outlives this command, as its kwok does.
-		AgentCommand: []string{self, "node-agent"},
+		// Each node's image agent outlives this command, as its kwok does,
+		// and so does the real node's forwarder.
+		AgentCommand: []string{self, "node-agent"}, ForwardCommand: []string{self, "node-forward"},
+		RealNodes: realNodes,
 	})
 	if err != nil {
 		return err
@@ -159,6 +176,22 @@ func up(ctx context.Context, binDir, runDir string) error {
 	if err != nil {
 		_ = c.Stop()
 		return err
+	}
+	// With a real node the registry's name is its forward into the node's
+	// network namespace: the same name works from this shell, the node's
+	// containerd and pods.
+	if c.Real != nil {
+		_, port, err := net.SplitHostPort(registry)
+		if err == nil {
+			var p int
+			if p, err = strconv.Atoi(port); err == nil {
+				registry, err = c.Expose(p)
+			}
+		}
+		if err != nil {
+			_ = c.Stop()
+			return fmt.Errorf("expose the registry %s to the real node: %w", registry, err)
+		}
 	}
 	fmt.Printf("export KUBECONFIG=%s\nexport REGISTRY=%s\n", c.Kubeconfig, registry)
 	return nil

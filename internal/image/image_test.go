@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"debug/buildinfo"
 	"debug/elf"
 	"errors"
@@ -166,6 +167,18 @@ func TestImage(t *testing.T) {
 	}
 	t.Logf("%s: %d layer(s), %.1f MiB compressed", dref, len(layers), float64(size)/(1<<20))
 
+	// The CA roots Go reads, so that registries served over TLS with a
+	// public CA can be polled (S1).
+	roots := extractFile(t, img, "etc/ssl/certs/ca-certificates.crt", false)
+	pool := x509.NewCertPool()
+	rootsPEM, err := os.ReadFile(roots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pool.AppendCertsFromPEM(rootsPEM) {
+		t.Errorf("the image's /etc/ssl/certs/ca-certificates.crt holds no PEM certificate")
+	}
+
 	bin := extract(t, img, strings.TrimPrefix(ep[0], "/"))
 	checkStaticELF(t, bin)
 	// Built with the toolchain the Makefile pins, not whatever go is on
@@ -226,6 +239,12 @@ func TestDockerfile_BuildsWithThePinnedGo(t *testing.T) {
 // flattened filesystem into a temporary directory and returns its path.
 func extract(t *testing.T, img v1.Image, name string) string {
 	t.Helper()
+	return extractFile(t, img, name, true)
+}
+
+// extractFile is extract for any regular file, executable when exec.
+func extractFile(t *testing.T, img v1.Image, name string, exec bool) string {
+	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
@@ -243,7 +262,7 @@ func extract(t *testing.T, img v1.Image, name string) string {
 		if h.Typeflag != tar.TypeReg {
 			t.Fatalf("%s: tar type %q, want a regular file", name, h.Typeflag)
 		}
-		if h.Mode&0o111 == 0 {
+		if exec && h.Mode&0o111 == 0 {
 			t.Errorf("%s: mode %o, not executable", name, h.Mode)
 		}
 		dst := filepath.Join(t.TempDir(), path.Base(name))

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,6 +48,16 @@ type Options struct {
 	// with Detach the agents then end with this process, and the nodes
 	// start no new pod until NodeUp (`make cluster-node-up`) restarts them.
 	AgentCommand []string
+	// RealNodes is how many nodes run a real kubelet with containerd beside
+	// the kwok ones (0 or 1; realnode.go): node real-1, labelled and tainted
+	// RuntimeLabel=containerd. Missing packages or kernel features fail
+	// Start with an error naming them.
+	RealNodes int
+	// ForwardCommand runs the real node's forwarder (RunNodeForwarder) as a
+	// process of its own, RunDir appended (hack/localcluster: [self,
+	// "node-forward"]); needed with Detach, since the forwarder must
+	// outlive this process. Empty: a goroutine of this process.
+	ForwardCommand []string
 }
 
 // NodeLeaseSeconds is each fake node's lease; with the controller-manager's
@@ -64,6 +75,8 @@ type Cluster struct {
 	Detach     bool                `json:"detach"`
 	// AgentCommand is Options.AgentCommand.
 	AgentCommand []string `json:"agentCommand,omitempty"`
+	// Real is the real node, if the cluster has one.
+	Real *RealNode `json:"real,omitempty"`
 
 	Config *rest.Config          `json:"-"`
 	Client *kubernetes.Clientset `json:"-"`
@@ -71,6 +84,9 @@ type Cluster struct {
 
 	agentsMu sync.Mutex
 	agents   map[string]*agentRun // agents running in this process, by node
+
+	stopForward context.CancelFunc // the real node's forwarder goroutine
+	forwardDone chan struct{}
 }
 
 // Start brings a cluster up and returns once the API serves, the default
@@ -97,7 +113,20 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			_ = started.Stop()
 		}
 	}()
-	p, err := newPKI(filepath.Join(opts.RunDir, "pki"))
+	if opts.RealNodes > 1 {
+		return nil, fmt.Errorf("localcluster: RealNodes is %d; one real node per cluster is supported", opts.RealNodes)
+	}
+	var extraIPs []net.IP
+	if opts.RealNodes > 0 {
+		if err := checkRealNodeHost(opts.BinDir); err != nil {
+			return nil, err
+		}
+		if c.Real, err = claimRealNode(opts.RunDir, "real-1"); err != nil {
+			return nil, err
+		}
+		extraIPs = []net.IP{net.ParseIP(c.Real.NodeIP), net.ParseIP(c.Real.ServiceIP())}
+	}
+	p, err := newPKI(filepath.Join(opts.RunDir, "pki"), extraIPs...)
 	if err != nil {
 		return nil, fmt.Errorf("generate certificates: %w", err)
 	}
@@ -128,18 +157,27 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	); err != nil {
 		return nil, err
 	}
-	if err := c.run("kube-apiserver", "kube-apiserver",
+	// No --advertise-address without a real node: the apiserver refuses
+	// 127.0.0.0/8; with no endpoint reconciler it never publishes one
+	// either. With a real node, the `kubernetes` Service's endpoint is the
+	// API server's forward into the node's namespace, and Services get the
+	// node's range.
+	serviceRange, endpoints := "--service-cluster-ip-range=10.0.0.0/24", []string{"--endpoint-reconciler-type=none"}
+	if c.Real != nil {
+		serviceRange = "--service-cluster-ip-range=" + c.Real.ServiceCIDR
+		endpoints = []string{"--endpoint-reconciler-type=lease", "--advertise-address=" + c.Real.NodeIP}
+	}
+	if err := c.run("kube-apiserver", "kube-apiserver", append(endpoints,
 		"--etcd-servers=http://"+addr(etcdPort),
 		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", apiPort),
-		// No --advertise-address: the apiserver refuses 127.0.0.0/8; with no
-		// endpoint reconciler it never publishes one either.
-		"--endpoint-reconciler-type=none",
 		"--tls-cert-file="+p.apiserver.certFile, "--tls-private-key-file="+p.apiserver.keyFile,
 		"--client-ca-file="+p.ca.certFile,
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+p.saPubFile, "--service-account-signing-key-file="+p.saKeyFile,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		serviceRange,
+		"--kubelet-client-certificate="+p.kubeletClient.certFile, "--kubelet-client-key="+p.kubeletClient.keyFile,
+		"--kubelet-preferred-address-types=InternalIP",
 		// Front-proxy (requestheader) flags: without them the
 		// controller-manager and scheduler log errors forever.
 		"--requestheader-client-ca-file="+p.frontProxyCA.certFile,
@@ -149,7 +187,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file="+p.frontProxyClient.certFile, "--proxy-client-key-file="+p.frontProxyClient.keyFile,
 		"--allow-privileged=true", "--profiling=false", "--v=1",
-	); err != nil {
+	)...); err != nil {
 		return nil, err
 	}
 	if err := c.waitAPI(ctx); err != nil {
@@ -197,10 +235,28 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.checkNodesRunPods(ctx, opts.Nodes, nodeCheckTimeout); err != nil {
 		return nil, err
 	}
+	if c.Real != nil {
+		if err := c.startForwarder(opts.ForwardCommand); err != nil {
+			return nil, err
+		}
+		if err := c.startRealNode(ctx, c.Real, p, apiPort); err != nil {
+			return nil, err
+		}
+		if err := c.WaitNodeReady(ctx, c.Real.Name, true); err != nil {
+			return nil, err
+		}
+		if err := c.checkNodesRunPods(ctx, []string{c.Real.Name}, realNodeCheckTimeout); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.save(); err != nil {
 		return nil, err
 	}
-	c.logf("cluster ready in %s (%d nodes): KUBECONFIG=%s", time.Since(start).Round(time.Millisecond), len(opts.Nodes), c.Kubeconfig)
+	real := ""
+	if c.Real != nil {
+		real = fmt.Sprintf(" and real node %s (%s, network namespace %s)", c.Real.Name, c.Real.NodeIP, c.Real.NetNS)
+	}
+	c.logf("cluster ready in %s (%d kwok nodes%s): KUBECONFIG=%s", time.Since(start).Round(time.Millisecond), len(opts.Nodes), real, c.Kubeconfig)
 	return c, nil
 }
 
@@ -238,6 +294,19 @@ func (c *Cluster) Stop() error {
 	for _, run := range agents {
 		run.cancel()
 		<-run.done
+	}
+	if c.Real != nil {
+		if c.stopForward != nil {
+			c.stopForward()
+			<-c.forwardDone
+		}
+		errs = append(errs, c.Real.teardown(func() {
+			for _, name := range []string{"kube-proxy-", "kubelet-", "containerd-"} {
+				if p, ok := c.Procs[name+c.Real.Name]; ok {
+					_ = p.stop(10 * time.Second)
+				}
+			}
+		}))
 	}
 	for name, p := range c.Procs {
 		if !contains(order, name) {

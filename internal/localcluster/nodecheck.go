@@ -18,6 +18,10 @@ const nodeCheckNamespace = "kube-system"
 // nodeCheckTimeout is how long a node has to run its check pod.
 const nodeCheckTimeout = 60 * time.Second
 
+// realNodeCheckTimeout is the same for a real node, whose first pod also
+// makes the pod network.
+const realNodeCheckTimeout = 120 * time.Second
+
 // checkNodesRunPods sends one pod to each node and waits until each is
 // Ready, then deletes them. A node whose kwok or image agent does not play
 // its part would otherwise look Ready (its heartbeat is a separate stage)
@@ -30,13 +34,19 @@ func (c *Cluster) checkNodesRunPods(ctx context.Context, nodes []string, timeout
 	grace := int64(0)
 	name := func(node string) string { return "localcluster-node-check-" + node }
 	for _, n := range nodes {
+		// A real node runs the one image it has: the sandbox's.
+		image, tolerations := "localcluster.invalid/node-check:none", []corev1.Toleration(nil)
+		if c.Real != nil && n == c.Real.Name {
+			image, tolerations = PauseImage, []corev1.Toleration{{Key: RuntimeLabel, Operator: corev1.TolerationOpExists}}
+		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name(n), Labels: map[string]string{"app.kubernetes.io/name": "localcluster-node-check"}},
 			Spec: corev1.PodSpec{
 				NodeName:                      n,
 				TerminationGracePeriodSeconds: &grace,
+				Tolerations:                   tolerations,
 				Containers: []corev1.Container{{
-					Name: "check", Image: "localcluster.invalid/node-check:none", ImagePullPolicy: corev1.PullNever,
+					Name: "check", Image: image, ImagePullPolicy: corev1.PullNever,
 				}},
 			},
 		}
@@ -47,7 +57,13 @@ func (c *Cluster) checkNodesRunPods(ctx context.Context, nodes []string, timeout
 	for _, n := range nodes {
 		what := fmt.Sprintf("node check: wait for pod %s/%s on node %s to be Ready (if it stays Pending, see logs/kwok-%s.log and logs/agent-%s.log of %s)",
 			nodeCheckNamespace, name(n), n, n, n, c.RunDir)
-		err := c.poll(ctx, what, timeout, "kwok-"+n, func(ctx context.Context) error {
+		proc := "kwok-" + n
+		if c.Real != nil && n == c.Real.Name {
+			proc = "kubelet-" + n
+			what = fmt.Sprintf("node check: wait for pod %s/%s on real node %s to be Ready (see logs/kubelet-%s.log and logs/containerd-%s.log of %s)",
+				nodeCheckNamespace, name(n), n, n, n, c.RunDir)
+		}
+		err := c.poll(ctx, what, timeout, proc, func(ctx context.Context) error {
 			p, err := pods.Get(ctx, name(n), metav1.GetOptions{})
 			if err != nil {
 				return err

@@ -251,6 +251,9 @@ func (c *Cluster) WaitNodeReady(ctx context.Context, name string, ready bool) er
 	proc := ""
 	if ready {
 		proc = "kwok-" + name
+		if c.Real != nil && name == c.Real.Name {
+			proc = "kubelet-" + name
+		}
 	}
 	want := map[bool]string{true: "Ready", false: "NotReady"}[ready]
 	return c.poll(ctx, "wait for node "+name+" "+want, time.Duration(NodeLeaseSeconds+60)*time.Second, proc, func(ctx context.Context) error {

@@ -30,10 +30,16 @@ type keyPair struct {
 // the service-account signing key.
 type pki struct {
 	ca, apiserver, admin, frontProxyCA, frontProxyClient keyPair
-	saKeyFile, saPubFile                                 string
+	// kubeletClient is the API server's client certificate towards a real
+	// node's kubelet (logs, exec): system:masters, as kubeadm makes it.
+	kubeletClient        keyPair
+	saKeyFile, saPubFile string
 }
 
-func newPKI(dir string) (*pki, error) {
+// newPKI generates the cluster's certificates; extraIPs are more addresses
+// the API server's certificate names (a real node's forward and the
+// `kubernetes` Service's ClusterIP).
+func newPKI(dir string, extraIPs ...net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -48,7 +54,11 @@ func newPKI(dir string) (*pki, error) {
 	if p.apiserver, err = p.ca.sign(dir, "apiserver", pkix.Name{CommonName: "kube-apiserver"},
 		x509.ExtKeyUsageServerAuth,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}); err != nil {
+		append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}, extraIPs...)); err != nil {
+		return nil, err
+	}
+	if p.kubeletClient, err = p.ca.sign(dir, "apiserver-kubelet-client", pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return nil, err
 	}
 	if p.admin, err = p.ca.sign(dir, "admin", pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},

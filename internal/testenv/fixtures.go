@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/image-refresh/image-refresh/internal/localcluster"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -48,6 +49,7 @@ type Spec struct {
 	PullSecrets  []string
 	Annotations  map[string]string
 	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
 	// ReadinessGates are pod condition types the pods must also report
 	// True to be Ready; MinReadySeconds is how long a pod must have been
 	// Ready to count as available (Deployment).
@@ -63,6 +65,16 @@ type Option func(*Spec)
 func WithContainer(name, image string) Option {
 	return func(s *Spec) {
 		s.Containers = append(s.Containers, corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent})
+	}
+}
+
+// OnRealNode puts the pods on the cluster's real node (kubelet and
+// containerd, localcluster.Options.RealNodes): its label as the
+// nodeSelector, its taint tolerated.
+func OnRealNode() Option {
+	return func(s *Spec) {
+		s.NodeSelector = map[string]string{localcluster.RuntimeLabel: "containerd"}
+		s.Tolerations = []corev1.Toleration{{Key: localcluster.RuntimeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	}
 }
 
@@ -117,6 +129,10 @@ func build(name string, opts []Option) (Spec, metav1.ObjectMeta, *metav1.LabelSe
 	}
 	if s.TolerateAll {
 		tmpl.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}
+	if len(s.NodeSelector) > 0 {
+		tmpl.Spec.NodeSelector = s.NodeSelector
+		tmpl.Spec.Tolerations = append(tmpl.Spec.Tolerations, s.Tolerations...)
 	}
 	return s, metav1.ObjectMeta{Name: name, Annotations: s.Annotations, Labels: labels}, &metav1.LabelSelector{MatchLabels: labels}, tmpl
 }

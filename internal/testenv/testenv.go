@@ -25,6 +25,12 @@ var shared *localcluster.Cluster
 // outside the repo), starts a cluster, runs the tests and stops every
 // process, also when a test panics.
 func Main(m *testing.M) int {
+	return MainWith(m, localcluster.Options{})
+}
+
+// MainWith is Main with a cluster of opts (BinDir, RunDir and Log are
+// filled in), e.g. RealNodes: 1 for the tests of what a real node runs.
+func MainWith(m *testing.M, opts localcluster.Options) int {
 	binDir, err := BinDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -35,8 +41,9 @@ func Main(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, RunDir: runDir, Log: os.Stderr})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	opts.BinDir, opts.RunDir, opts.Log = binDir, runDir, os.Stderr
+	c, err := localcluster.Start(ctx, opts)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv: start cluster:", err)
