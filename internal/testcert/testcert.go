@@ -27,6 +27,12 @@ type Pair struct {
 
 // Loopback makes a Pair valid for a day, named cn.
 func Loopback(cn string) (Pair, error) {
+	return For(cn)
+}
+
+// For is Loopback also valid for ips (e.g. the real node's address of a
+// registry, docs/local-cluster.md): a private CA of one certificate.
+func For(cn string, ips ...net.IP) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Pair{}, fmt.Errorf("generate key: %w", err)
@@ -45,7 +51,7 @@ func Loopback(cn string) (Pair, error) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPAddresses:           append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, ips...),
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

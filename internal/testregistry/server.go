@@ -81,7 +81,12 @@ func (s *Server) Start(addr string) error {
 // 127.0.0.1 and localhost, and returns that certificate in PEM so a client
 // can trust it (a CA file).
 func (s *Server) StartTLS(addr string) (caPEM []byte, err error) {
-	cert, caPEM, err := selfSignedCert()
+	return s.StartTLSFor(addr)
+}
+
+// StartTLSFor is StartTLS with a certificate also valid for ips.
+func (s *Server) StartTLSFor(addr string, ips ...net.IP) (caPEM []byte, err error) {
+	cert, caPEM, err := selfSignedCert(ips...)
 	if err != nil {
 		return nil, fmt.Errorf("testregistry: %w", err)
 	}

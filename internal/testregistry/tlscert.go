@@ -2,12 +2,13 @@ package testregistry
 
 import (
 	"crypto/tls"
+	"net"
 
 	"github.com/image-refresh/image-refresh/internal/testcert"
 )
 
 // selfSignedCert makes the registry's certificate (its own CA).
-func selfSignedCert() (tls.Certificate, []byte, error) {
-	p, err := testcert.Loopback("testregistry")
+func selfSignedCert(ips ...net.IP) (tls.Certificate, []byte, error) {
+	p, err := testcert.For("testregistry", ips...)
 	return p.TLS, p.CertPEM, err
 }

@@ -166,8 +166,15 @@ func (w *world) productValues(repository, digest string, extra map[string]any) m
 // own, as the README says, and uninstalls it when the test ends.
 func (w *world) installProduct(extra map[string]any) (releaseNS string) {
 	w.t.Helper()
-	repository, digest := productImage(w.t, w.c)
 	releaseNS = testenv.Namespace(w.t, w.c.Client)
+	w.installProductIn(releaseNS, extra)
+	return releaseNS
+}
+
+// installProductIn is installProduct into an existing namespace.
+func (w *world) installProductIn(releaseNS string, extra map[string]any) {
+	w.t.Helper()
+	repository, digest := productImage(w.t, w.c)
 	out := w.helm("helm", "install", "ir", filepath.Join(repoRoot(w.t), "charts", "image-refresh"), "-n", releaseNS,
 		"-f", w.valuesFile(w.productValues(repository, digest, extra)), "--wait", "--timeout", "4m")
 	w.t.Logf("helm install:\n%s", out)
@@ -175,7 +182,6 @@ func (w *world) installProduct(extra map[string]any) (releaseNS string) {
 		cmd := exec.Command(filepath.Join(w.c.BinDir, "helm"), "uninstall", "ir", "-n", releaseNS, "--kubeconfig", w.c.Kubeconfig)
 		_ = cmd.Run()
 	})
-	return releaseNS
 }
 
 // productPods are the release's controller pods.
