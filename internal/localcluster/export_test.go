@@ -21,3 +21,15 @@ func (c *Cluster) StartNodeAgain(node string) error {
 	}
 	return c.startNode(node, i)
 }
+
+// SetSysctlPaths points the sysctl record and restore at a test's files
+// until the returned function puts the real ones back.
+func SetSysctlPaths(root, record, slots string) (restore func()) {
+	r, rec, s := sysctlRoot, sysctlRecord, slotFiles
+	sysctlRoot, sysctlRecord, slotFiles = root, record, slots
+	return func() { sysctlRoot, sysctlRecord, slotFiles = r, rec, s }
+}
+
+// RecordSysctls and RestoreSysctls are recordSysctls and restoreSysctls.
+func RecordSysctls() error  { return recordSysctls() }
+func RestoreSysctls() error { return restoreSysctls() }

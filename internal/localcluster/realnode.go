@@ -96,7 +96,13 @@ const cniBinDir = "/usr/lib/cni"
 // them back.
 var realNodeSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
 
-const sysctlRecord = "/run/irlc-sysctls.json"
+// sysctlRoot, sysctlRecord and slotFiles are where the sysctls, their record
+// and the real nodes' slot files are (variables for the tests).
+var (
+	sysctlRoot   = "/proc/sys"
+	sysctlRecord = "/run/irlc-sysctls.json"
+	slotFiles    = "/run/irlc-[0-9]*.json"
+)
 
 // checkRealNodeHost fails with an error that names what is missing: a
 // program, a CNI plugin, a kernel feature, the binaries or root.
@@ -205,7 +211,7 @@ func (rn *RealNode) record() error {
 // reapStaleRealNodes tears down every recorded real node whose owner process
 // no longer runs (a test binary that was killed).
 func reapStaleRealNodes() {
-	files, _ := filepath.Glob("/run/irlc-*.json")
+	files, _ := filepath.Glob(slotFiles)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -293,7 +299,7 @@ func recordSysctls() error {
 	}
 	m := map[string]string{}
 	for _, k := range realNodeSysctls {
-		b, err := os.ReadFile("/proc/sys/" + k)
+		b, err := os.ReadFile(filepath.Join(sysctlRoot, k))
 		if err != nil {
 			return fmt.Errorf("localcluster: read sysctl %s: %w", k, err)
 		}
@@ -305,7 +311,7 @@ func recordSysctls() error {
 
 // restoreSysctls puts the recorded values back once no real node is left.
 func restoreSysctls() error {
-	if others, _ := filepath.Glob("/run/irlc-[0-9]*.json"); len(others) > 0 {
+	if others, _ := filepath.Glob(slotFiles); len(others) > 0 {
 		return nil
 	}
 	b, err := os.ReadFile(sysctlRecord)
@@ -318,7 +324,7 @@ func restoreSysctls() error {
 	}
 	var errs []error
 	for k, v := range m {
-		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(sysctlRoot, k), []byte(v), 0o644); err != nil {
 			errs = append(errs, fmt.Errorf("restore sysctl %s=%s: %w", k, v, err))
 		}
 	}

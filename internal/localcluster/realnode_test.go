@@ -2,6 +2,7 @@ package localcluster_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,6 +86,8 @@ func TestRealNode_N1_RunsPodsAndLeavesNothingBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	alone := func() bool { m, _ := filepath.Glob("/run/irlc-[0-9]*.json"); return len(m) == 0 }
+	aloneBefore := alone()
 	before := readMachineState(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -141,21 +144,98 @@ func TestRealNode_N1_RunsPodsAndLeavesNothingBehind(t *testing.T) {
 	}
 	stopped = true
 	after := readMachineState(t)
+	// Other test binaries may run real nodes of their own meanwhile (other
+	// slots): what must be gone is this node's; the host's iptables rules
+	// no node touches.
+	mine := func(s string) string {
+		var keep []string
+		for _, l := range strings.Split(s, "\n") {
+			if strings.Contains(l, rn.NetNS) || strings.Contains(l, rn.RunState) || strings.Contains(l, rn.Dir) ||
+				strings.Contains(l, fmt.Sprintf("198.18.%d.", rn.Slot)) || strings.Contains(l, fmt.Sprintf("198.19.%d.", rn.Slot)) {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
 	for _, d := range []struct{ what, before, after string }{
-		{"network namespaces", before.netns, after.netns},
-		{"cgroups", before.cgroups, after.cgroups},
-		{"mounts", before.mounts, after.mounts},
-		{"routes", before.routes, after.routes},
+		{"network namespaces", mine(before.netns), mine(after.netns)},
+		{"cgroups", mine(before.cgroups), mine(after.cgroups)},
+		{"mounts", mine(before.mounts), mine(after.mounts)},
+		{"routes", mine(before.routes), mine(after.routes)},
 		{"iptables nat rules", stripCounters(before.iptables), stripCounters(after.iptables)},
-		{"sysctls", before.sysctls, after.sysctls},
-		{"containerd run files", before.containerdRun, after.containerdRun},
 	} {
 		if d.before != d.after {
 			t.Errorf("%s not restored:\nbefore:\n%s\nafter:\n%s", d.what, d.before, d.after)
 		}
 	}
-	if _, err := os.Stat(rn.RunState); !os.IsNotExist(err) {
-		t.Errorf("%s is left: %v", rn.RunState, err)
+	for _, path := range []string{rn.RunState, fmt.Sprintf("/run/irlc-%d.json", rn.Slot)} {
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("%s is left: %v", path, err)
+		}
+	}
+	// The sysctls are put back by the last real node on the machine
+	// (TestRealNode_N1_TheLastNodePutsTheSysctlsBack); alone, that was this one.
+	if aloneBefore && alone() {
+		if before.sysctls != after.sysctls || before.containerdRun != after.containerdRun {
+			t.Errorf("alone on the machine, not restored: sysctls %s → %s, containerd run files %q → %q", before.sysctls, after.sysctls, before.containerdRun, after.containerdRun)
+		}
+	} else {
+		t.Logf("another real node ran meanwhile: the sysctls stay as its kubelet set them")
+	}
+}
+
+// TestRealNode_N1_TheLastNodePutsTheSysctlsBack: the first real node records
+// the sysctls the kubelet changes, a node that stops while another runs
+// leaves them, and the last one puts them back and drops the record.
+func TestRealNode_N1_TheLastNodePutsTheSysctlsBack(t *testing.T) {
+	dir := t.TempDir()
+	root, record := filepath.Join(dir, "sys"), filepath.Join(dir, "record.json")
+	for k, v := range map[string]string{"vm/overcommit_memory": "0", "kernel/panic": "0", "kernel/panic_on_oops": "0"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(k)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, k), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer localcluster.SetSysctlPaths(root, record, filepath.Join(dir, "slot-*.json"))()
+	read := func() string {
+		b, err := os.ReadFile(filepath.Join(root, "kernel/panic"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	kubelet := func() { _ = os.WriteFile(filepath.Join(root, "kernel/panic"), []byte("10"), 0o644) }
+
+	if err := localcluster.RecordSysctls(); err != nil { // first node
+		t.Fatal(err)
+	}
+	kubelet()
+	if err := localcluster.RecordSysctls(); err != nil { // second node: the record stays the first's
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "slot-2.json")
+	if err := os.WriteFile(other, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := localcluster.RestoreSysctls(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "10" {
+		t.Errorf("a node stopping while another runs set kernel/panic to %s; want it left at the running kubelet's 10", got)
+	}
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := localcluster.RestoreSysctls(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "0" {
+		t.Errorf("the last node left kernel/panic at %s, want the machine's 0", got)
+	}
+	if _, err := os.Stat(record); !os.IsNotExist(err) {
+		t.Errorf("the record is left after the last node: %v", err)
 	}
 }
 

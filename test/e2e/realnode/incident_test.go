@@ -58,9 +58,10 @@ func TestRealNode_N1_TheSeedsIncidentForReal(t *testing.T) {
 	}
 
 	// image-refresh sees it: the first tick records B (R5) and reports
-	// the pod on A, naming the pod and the node.
+	// the pod on A, naming the pod and the node. The config's group only:
+	// the other tests' labelled workloads are not this one's business.
 	cfg := w.config(incidentGroup)
-	code, _, logs := w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig)
+	code, _, logs := w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
 	t.Logf("tick exit %d:\n%s", code, logs)
 	if code != 0 {
 		t.Fatalf("first tick exit %d", code)
@@ -68,28 +69,28 @@ func TestRealNode_N1_TheSeedsIncidentForReal(t *testing.T) {
 	if !strings.Contains(logs, "runs another build than "+b) || !strings.Contains(logs, stale.Name) || !strings.Contains(logs, w.c.RealNodeName()) {
 		t.Errorf("the tick's log does not name the stale pod %s on %s and the digest %s", stale.Name, w.c.RealNodeName(), b)
 	}
-	_, out, errOut := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "-o", "json")
+	_, out, errOut := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false", "-o", "json")
 	var rows []map[string]any
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("status -o json: %v\n%s\n%s", err, out, errOut)
 	}
 	var row map[string]any
 	for _, r := range rows {
-		if target, _ := r["target"].(string); strings.HasSuffix(target, "/api container api") {
+		if target, _ := r["target"].(string); strings.HasSuffix(target, w.ns+"/api container api") {
 			row = r
 		}
 	}
 	if want := "0/1 (" + w.c.RealNodeName() + ": " + a + ")"; row == nil || row["state"] != "running-stale" || row["running"] != want {
 		t.Errorf("status row %v; want state running-stale, running %s", row, want)
 	}
-	_, table, _ := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig)
+	_, table, _ := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
 	if want := "pod " + stale.Name + " on node " + w.c.RealNodeName() + " runs " + a; !strings.Contains(strings.Join(strings.Fields(table), " "), want) {
 		t.Errorf("status does not say %q:\n%s", want, table)
 	}
 
 	// The pin: the next tick moves the template to :prod@B, and the new pod
 	// on the same node runs B.
-	code, _, logs = w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig)
+	code, _, logs = w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
 	t.Logf("pinning tick exit %d:\n%s", code, logs)
 	if code != 0 {
 		t.Fatalf("pinning tick exit %d", code)
