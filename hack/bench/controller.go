@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/controller"
 	"github.com/image-refresh/image-refresh/internal/metrics"
-	"github.com/image-refresh/image-refresh/internal/reconcile"
+	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/registry"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -234,7 +234,7 @@ type ctlOptions struct {
 // builds it, with its API requests counted.
 type bench struct {
 	ctl    *controller.Controller
-	runner *reconcile.Runner
+	runner *pass.Runner
 	cfg    *config.Config
 	api    *apiCounter
 	mgr    *controller.Manager
@@ -280,9 +280,9 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 		return nil, err
 	}
 	log := slog.New(slog.NewTextHandler(w.log, nil))
-	r := &reconcile.Runner{Config: cfg, ConfigPath: "bench.yaml", Kube: kube,
+	r := &pass.Runner{Config: cfg, ConfigPath: "bench.yaml", Kube: kube,
 		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
-		Instance: reconcile.InstanceName()}
+		Instance: pass.InstanceName()}
 
 	// The manager, exactly as run.go builds it.
 	mgr, err := controller.NewManager(rc, r, controller.Options{
@@ -375,7 +375,7 @@ func (b *bench) pass(ctx context.Context, workers int) time.Duration {
 	for range workers {
 		wg.Go(func() {
 			for name := range jobs {
-				_, _ = b.ctl.Reconcile(ctx, ctrlreconcile.Request{NamespacedName: typesName(name)})
+				_, _ = b.ctl.Reconcile(ctx, reconcile.Request{NamespacedName: typesName(name)})
 			}
 		})
 	}

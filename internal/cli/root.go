@@ -20,7 +20,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
-	"github.com/image-refresh/image-refresh/internal/reconcile"
+	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/registry"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -200,7 +200,7 @@ func (c *common) restConfig() (*rest.Config, error) {
 }
 
 // runner builds the tick executor from a loaded config.
-func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) (*reconcile.Runner, error) {
+func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) (*pass.Runner, error) {
 	rc, err := c.restConfig()
 	if err != nil {
 		return nil, err
@@ -227,10 +227,10 @@ func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics
 	if err != nil {
 		return nil, &ExitError{Code: ExitInvalid, Err: err}
 	}
-	return &reconcile.Runner{
+	return &pass.Runner{
 		Config: cfg, ConfigPath: c.configPath, Kube: kube,
 		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
-		Instance: reconcile.InstanceName(), Now: c.now,
+		Instance: pass.InstanceName(), Now: c.now,
 	}, nil
 }
 

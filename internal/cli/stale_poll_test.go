@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
-	"github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/testenv"
 	"github.com/image-refresh/image-refresh/internal/testregistry"
@@ -63,7 +63,7 @@ func TestRun_R1_C3_AStalePollAnswerIsAskedAgainBeforeItIsCalledInconsistent(t *t
 		t.Fatalf("precondition: the poller's answer is %s, want the stale %s", stale.Digest, first)
 	}
 
-	plan := r.Group(ctx, g, p, reconcile.GroupOptions{})
+	plan := r.Group(ctx, g, p, pass.GroupOptions{})
 	t.Logf("the pass:\n%s", logs.String())
 	for _, f := range plan.Findings {
 		if f.Severity == refresh.SeverityWarn || f.Severity == refresh.SeverityError || strings.Contains(f.Message, "inconsistent") {
@@ -121,9 +121,9 @@ func TestRun_R1_TheResolveFailureStreakCountsFailedAsksNotPasses(t *testing.T) {
 	if res := p.Refresh(ctx, img); res.Err == nil {
 		t.Fatalf("precondition: the poller's ask succeeded under a 503 fault: %+v", res)
 	}
-	pass := func(want string, counts bool) {
+	groupPass := func(want string, counts bool) {
 		t.Helper()
-		plan := r.Group(ctx, g, p, reconcile.GroupOptions{NoWait: true})
+		plan := r.Group(ctx, g, p, pass.GroupOptions{NoWait: true})
 		ran := false
 		for _, f := range plan.Findings {
 			ran = ran || strings.Contains(f.Message, "failure "+want+" of")
@@ -138,13 +138,13 @@ func TestRun_R1_TheResolveFailureStreakCountsFailedAsksNotPasses(t *testing.T) {
 			t.Fatalf("the pass wrote the streak: %v, want %v", wrote, counts)
 		}
 	}
-	pass("1", true)
+	groupPass("1", true)
 	for range 3 {
-		pass("1", false) // the same failed ask, read again
+		groupPass("1", false) // the same failed ask, read again
 	}
 	if res := p.Refresh(ctx, img); res.Err == nil {
 		t.Fatalf("the second ask succeeded under a 503 fault: %+v", res)
 	}
-	pass("2", true)
-	pass("2", false)
+	groupPass("2", true)
+	groupPass("2", false)
 }

@@ -3,7 +3,7 @@
 // (C1), polls the registry once per repository:tag per interval (C2), acts
 // only as the elected leader (C3), serves probes and metrics (C4) and stops
 // fighting a writer that keeps rewriting a target (C5). Every decision goes
-// through the same engine as `tick` (internal/reconcile, internal/refresh).
+// through the same engine as `tick` (internal/pass, internal/refresh).
 package controller
 
 import (
@@ -32,8 +32,8 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
+	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
-	irreconcile "github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -42,7 +42,7 @@ import (
 // Controller reconciles one group per request (the request's Name is the
 // group name).
 type Controller struct {
-	Runner *irreconcile.Runner
+	Runner *pass.Runner
 	Poller *poller.Poller
 	// Resync re-runs every group at least this often, as a tick would.
 	Resync time.Duration
@@ -86,7 +86,7 @@ type revert struct {
 }
 
 // New builds a Controller for a validated config.
-func New(r *irreconcile.Runner, p *poller.Poller, resync time.Duration, maxRounds int, window time.Duration) *Controller {
+func New(r *pass.Runner, p *poller.Poller, resync time.Duration, maxRounds int, window time.Duration) *Controller {
 	c := &Controller{
 		Runner: r, Poller: p, Resync: resync,
 		Fights:     fights{MaxRounds: maxRounds, Window: window},
@@ -311,10 +311,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		defer c.slots.Unlock()
 		c.rollingOnce.Do(func() { c.readRolling(ctx) })
 		c.mu.Lock()
-		elsewhere = irreconcile.Elsewhere(c.rolling, g.Name)
+		elsewhere = pass.Elsewhere(c.rolling, g.Name)
 		c.mu.Unlock()
 	}
-	plan := c.Runner.Group(ctx, g, c.Poller, irreconcile.GroupOptions{
+	plan := c.Runner.Group(ctx, g, c.Poller, pass.GroupOptions{
 		Fights: c.Fights.active(time.Now()), SkipUncounted: uncounted, NoWait: true, Reverted: c.reverts(g),
 		RollingElsewhere: elsewhere,
 	})

@@ -20,8 +20,8 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
+	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
-	irreconcile "github.com/image-refresh/image-refresh/internal/reconcile"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -68,7 +68,7 @@ func (m *Manager) Synced() bool { return m.synced.Load() }
 // runner's observation reads (no API request in a steady state), the
 // manager's aggregating event recorder, the poller, the controller, leader
 // election, /healthz and a /readyz that fails until the caches synced.
-func NewManager(rc *rest.Config, r *irreconcile.Runner, o Options) (*Manager, error) {
+func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	rc = rest.CopyConfig(rc)
 	// client-go's default (5 QPS) would make a resync over a few hundred
 	// workloads' writes take minutes; stay well under the API server's

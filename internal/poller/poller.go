@@ -103,7 +103,7 @@ func (p *Poller) Keys() []string {
 }
 
 // Latest returns the last answer for img; before the first poll of an
-// added image it polls once synchronously. It satisfies reconcile.Latest.
+// added image it polls once synchronously. It satisfies pass.Latest.
 //
 // An image that is not added (never, or removed because no group uses it
 // any more) is asked once and not added: the caller is a pass of a group
@@ -130,7 +130,7 @@ func (p *Poller) Latest(ctx context.Context, img config.Image, _ func() authn.Ke
 
 // Refresh asks the registry for img now (sharing an ask already running)
 // and keeps the answer, as a due poll would. The reconciler calls it before
-// re-imaging a target away from a digest it runs (reconcile.Refresher). An
+// re-imaging a target away from a digest it runs (pass.Refresher). An
 // image that is not added is asked once and not added, as in Latest.
 func (p *Poller) Refresh(ctx context.Context, img config.Image) refresh.Resolution {
 	p.mu.Lock()

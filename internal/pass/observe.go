@@ -1,9 +1,9 @@
-// Package reconcile carries out ticks: it reads what the engine needs from
-// the cluster and the registry (Observe), asks internal/refresh for a Plan,
-// and executes the plan's writes, waits and reports in the order the rules
-// require (Execute). The one-shot tick, status, dry-run and the controller
-// all go through it.
-package reconcile
+// Package pass carries out passes over groups: it reads what the engine
+// needs from the cluster and the registry (Observe), asks internal/refresh
+// for a Plan, and executes the plan's writes, waits and reports in the
+// order the rules require (Execute). The one-shot tick, status, dry-run and
+// the controller all go through it.
+package pass
 
 import (
 	"context"
