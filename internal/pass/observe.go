@@ -9,14 +9,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/config"
@@ -56,31 +52,22 @@ type Runner struct {
 	ServiceAccounts bool
 	// KeychainTTL bounds how long the pull secrets read for an image are
 	// reused, so that a rotated secret is picked up (the controller sets
-	// its poll interval); 0 means defaultKeychainTTL.
+	// its poll interval); 0 means the registry package's default.
 	KeychainTTL time.Duration
 
-	mu        sync.Mutex
-	keychains map[string]cachedKeychain // per image, from the last read (KeychainFor)
-	verified  map[string]string         // repository:tag → the digest verify last proved
-	indexes   map[string][]string       // repository@digest → its platform digests (N1)
+	// pullSecrets keeps, per image, the keychain of the last read
+	// (KeychainFor) and the ServiceAccounts' imagePullSecrets.
+	pullSecrets registry.PullSecrets
+
+	mu       sync.Mutex
+	verified map[string]string   // repository:tag → the digest verify last proved
+	indexes  map[string][]string // repository@digest → its platform digests (N1)
 	// countedAsks holds, per group and image, the failed registry ask
 	// whose failure a pass stored toward maxReadFailures (R1).
 	countedAsks map[string]uint64
-	// serviceAccounts holds the imagePullSecrets names of the
-	// ServiceAccounts read, by namespace/name.
-	serviceAccounts map[string]cachedNames
 	// cachedSettings is SettingsFrom(settingsOf, ConfigPath) (settings).
 	cachedSettings refresh.Settings
 	settingsOf     *config.Config
-}
-
-// defaultKeychainTTL bounds how long a pull-secret keychain is reused when
-// KeychainTTL is not set.
-const defaultKeychainTTL = 10 * time.Minute
-
-type cachedKeychain struct {
-	kc authn.Keychain
-	at time.Time
 }
 
 // Snapshot is one group's observation plus the objects it was read from.
@@ -335,15 +322,8 @@ func (r *Runner) verify(ctx context.Context, img config.Image, digest string, kc
 // Reading every target on every poll would cost one API read per target per
 // interval (C2); in `run` the targets come from the informer cache.
 func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keychain {
-	r.mu.Lock()
-	cached, ok := r.keychains[img.Repository+":"+img.Tag+"/"+img.Name]
-	r.mu.Unlock()
-	ttl := r.KeychainTTL
-	if ttl <= 0 {
-		ttl = defaultKeychainTTL
-	}
-	if ok && time.Since(cached.at) < ttl {
-		return cached.kc
+	if kc, ok := r.pullSecrets.Cached(keychainKey(img), r.KeychainTTL); ok {
+		return kc
 	}
 	objs := map[config.Workload]*workload.Object{}
 	for _, t := range img.Targets {
@@ -361,107 +341,21 @@ func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keycha
 // imagePullSecrets of the pods that run it (R20: the secrets stay in
 // memory; nothing about them is logged). With serviceAccounts (a
 // discovered group, D1), also those of the pods' ServiceAccounts, as the
-// kubelet pulls with both.
+// kubelet pulls with both (registry.PullSecrets).
 func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config.Workload]*workload.Object, serviceAccounts bool) authn.Keychain {
-	secrets := map[string]map[string]bool{}
-	add := func(ns string, names ...string) {
-		if secrets[ns] == nil {
-			secrets[ns] = map[string]bool{}
-		}
-		for _, s := range names {
-			secrets[ns][s] = true
-		}
-	}
+	var pods []registry.PodAuth
 	for _, t := range img.Targets {
 		obj, ok := objs[t.Workload()]
 		if !ok {
 			continue
 		}
-		if len(obj.PullSecrets) > 0 {
-			add(t.Namespace, obj.PullSecrets...)
-		}
-		if serviceAccounts {
-			if names := r.serviceAccountPullSecrets(ctx, img, t.Namespace, obj.ServiceAccount); len(names) > 0 {
-				add(t.Namespace, names...)
-			}
-		}
+		pods = append(pods, registry.PodAuth{Namespace: t.Namespace, PullSecrets: obj.PullSecrets, ServiceAccount: obj.ServiceAccount})
 	}
-	var extra []authn.Keychain
-	defer func() {
-		r.mu.Lock()
-		if r.keychains == nil {
-			r.keychains = map[string]cachedKeychain{}
-		}
-		r.keychains[img.Repository+":"+img.Tag+"/"+img.Name] = cachedKeychain{kc: registry.Keychain(extra...), at: time.Now()}
-		r.mu.Unlock()
-	}()
-	namespaces := make([]string, 0, len(secrets))
-	for ns := range secrets {
-		namespaces = append(namespaces, ns)
-	}
-	sort.Strings(namespaces)
-	for _, ns := range namespaces {
-		names := make([]string, 0, len(secrets[ns]))
-		for s := range secrets[ns] {
-			names = append(names, s)
-		}
-		sort.Strings(names)
-		kc, missing, err := registry.PullSecretKeychain(ctx, r.Kube, ns, names)
-		if len(missing) > 0 {
-			r.Log.Warn("imagePullSecrets not found; resolving without them: create them, or remove them from the pod template",
-				"image", img.Name, "namespace", ns, "secrets", strings.Join(missing, ","))
-		}
-		if err != nil {
-			r.Log.Warn("cannot read imagePullSecrets; resolving without them",
-				"image", img.Name, "namespace", ns, "secrets", strings.Join(names, ","), "error", err)
-			continue
-		}
-		extra = append(extra, kc)
-	}
-	return registry.Keychain(extra...)
+	src := registry.SecretSource{Kube: r.Kube, APITimeout: r.Config.APITimeout, Log: r.Log}
+	return r.pullSecrets.Keychain(ctx, src, img.Name, keychainKey(img), pods, serviceAccounts)
 }
 
-// serviceAccountPullSecrets returns the imagePullSecrets of a pod
-// template's ServiceAccount ("default" when it names none), read at most
-// once per defaultKeychainTTL per ServiceAccount, so that a steady state
-// makes no API request for them (C6 issue). A read that fails is a WARN and
-// resolves without them, as a missing secret does.
-func (r *Runner) serviceAccountPullSecrets(ctx context.Context, img config.Image, namespace, name string) []string {
-	if name == "" {
-		name = "default"
-	}
-	key := namespace + "/" + name
-	r.mu.Lock()
-	cached, ok := r.serviceAccounts[key]
-	r.mu.Unlock()
-	if ok && time.Since(cached.at) < defaultKeychainTTL {
-		return cached.names
-	}
-	callCtx, cancel := context.WithTimeout(ctx, r.Config.APITimeout)
-	defer cancel()
-	sa, err := r.Kube.CoreV1().ServiceAccounts(namespace).Get(callCtx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil // no ServiceAccount, no pull secrets of its (the pods cannot start either)
-	}
-	if err != nil {
-		r.Log.Warn("cannot read the ServiceAccount of a target's pods for its imagePullSecrets; resolving without them",
-			"image", img.Name, "namespace", namespace, "serviceAccount", name, "error", err)
-		return nil
-	}
-	var out []string
-	for _, s := range sa.ImagePullSecrets {
-		out = append(out, s.Name)
-	}
-	r.mu.Lock()
-	if r.serviceAccounts == nil {
-		r.serviceAccounts = map[string]cachedNames{}
-	}
-	r.serviceAccounts[key] = cachedNames{names: out, at: time.Now()}
-	r.mu.Unlock()
-	return out
-}
-
-type cachedNames struct {
-	names []string
-	at    time.Time
+// keychainKey names an image's keychain: its repository:tag and its name.
+func keychainKey(img config.Image) string {
+	return img.Repository + ":" + img.Tag + "/" + img.Name
 }

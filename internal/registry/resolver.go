@@ -6,7 +6,9 @@
 // per-repository session (session.go); rate-limit headers pace the polls
 // of their registry (ratelimit.go, C2). Credentials come from pull
 // secrets, the docker config and its helpers, and the cloud's workload
-// identity for ECR, GAR/GCR and ACR hosts (keychain.go).
+// identity for ECR, GAR/GCR and ACR hosts (keychain.go); the pull secrets
+// of the pods that run an image, and of their ServiceAccounts, are read and
+// kept per image (pullsecrets.go).
 package registry
 
 import (
