@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -20,8 +19,6 @@ import (
 	"github.com/image-refresh/image-refresh/internal/controller"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/pass"
-	"github.com/image-refresh/image-refresh/internal/registry"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // apiCounter counts the API requests of one controller, by kind of verb.
@@ -257,37 +254,28 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 		return nil, err
 	}
 	if o.workers == 0 {
-		o.workers = 4 // run's --workers default
+		o.workers = controller.DefaultWorkers
 	}
 	if o.fightMaxRounds == 0 {
-		o.fightMaxRounds = 3 // run's --fight-max-repins default
+		o.fightMaxRounds = controller.DefaultFightMaxRounds
 	}
 	api := &apiCounter{byKey: map[string]int{}}
 	rc := rest.CopyConfig(w.cluster.Config)
 	rc.UserAgent = "image-refresh/bench"
-	rc.QPS, rc.Burst = 50, 100 // as the runner sets them (NewManager sets its own the same)
 	rc.WrapTransport = api.wrap
 
-	// The runner, as common.runner in internal/cli/root.go builds it.
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
+	// The runner and the manager, built by the constructors `run` uses.
 	m := metrics.New()
-	hosts := []registry.HostConfig{{Host: w.reg.Host(), Insecure: true}}
-	res, err := registry.NewResolver(registry.Options{Hosts: hosts, Timeout: cfg.RegistryTimeout, UserAgent: "image-refresh/bench", OnRequest: m.RegistryRequest})
+	r, err := pass.NewRunner(rc, cfg, pass.RunnerOptions{
+		ConfigPath: "bench.yaml", UserAgent: "image-refresh/bench",
+		Metrics: m, Log: slog.New(slog.NewTextHandler(w.log, nil)),
+	})
 	if err != nil {
 		return nil, err
 	}
-	log := slog.New(slog.NewTextHandler(w.log, nil))
-	r := &pass.Runner{Config: cfg, ConfigPath: "bench.yaml", Kube: kube,
-		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
-		Instance: pass.InstanceName()}
-
-	// The manager, exactly as run.go builds it.
 	mgr, err := controller.NewManager(rc, r, controller.Options{
 		PollInterval: o.pollInterval, PollJitter: o.pollJitter, Workers: o.workers,
-		FightMaxRounds: o.fightMaxRounds, FightWindow: 10 * time.Minute,
+		FightMaxRounds: o.fightMaxRounds, FightWindow: controller.DefaultFightWindow,
 		MetricsAddr: "0", HealthAddr: "0",
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
+	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -46,7 +47,7 @@ func (c *common) discoverGroups(ctx context.Context, cfg *config.Config, log *sl
 		return nil, err
 	}
 	rc.UserAgent = "image-refresh/" + Version
-	rc.QPS, rc.Burst = 50, 100
+	rc.QPS, rc.Burst = pass.APIQPS, pass.APIBurst
 	// Every request of the lists, also the REST mapper's API discovery,
 	// which does not take ctx: a server that never answers must not hold a
 	// render or a tick past apiTimeout (R14).

@@ -14,15 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/pass"
-	"github.com/image-refresh/image-refresh/internal/registry"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Exit codes of `tick` (and every command): 0 healthy or benignly skipped,
@@ -199,39 +196,21 @@ func (c *common) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// runner builds the tick executor from a loaded config.
+// runner builds the tick executor from a loaded config (pass.NewRunner).
 func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) (*pass.Runner, error) {
 	rc, err := c.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	rc.UserAgent = "image-refresh/" + Version
-	// client-go's default (5 QPS) would make a pass over a few dozen
-	// workloads take seconds; stay well under the API server's fairness.
-	rc.QPS, rc.Burst = 50, 100
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
+	r, err := pass.NewRunner(rc, cfg, pass.RunnerOptions{
+		ConfigPath: c.configPath, UserAgent: "image-refresh/" + Version,
+		Metrics: m, Log: log, Now: c.now,
+	})
+	var invalidRegistries *pass.RegistriesError
+	if errors.As(err, &invalidRegistries) {
+		return nil, &ExitError{Code: ExitInvalid, Err: invalidRegistries.Err}
 	}
-	hosts := make([]registry.HostConfig, 0, len(cfg.Registries))
-	for _, h := range cfg.Registries {
-		hosts = append(hosts, registry.HostConfig{Host: h.Host, Insecure: h.Insecure, CAFile: h.CAFile})
-	}
-	opts := registry.Options{Hosts: hosts, Timeout: cfg.RegistryTimeout, UserAgent: "image-refresh/" + Version}
-	if m != nil {
-		opts.OnRequest = m.RegistryRequest
-		opts.OnRateLimit, opts.OnPace = m.RegistryRateLimit, m.RegistryPace
-	}
-	opts.Log = log
-	res, err := registry.NewResolver(opts)
-	if err != nil {
-		return nil, &ExitError{Code: ExitInvalid, Err: err}
-	}
-	return &pass.Runner{
-		Config: cfg, ConfigPath: c.configPath, Kube: kube,
-		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: m, Log: log,
-		Instance: pass.InstanceName(), Now: c.now,
-	}, nil
+	return r, err
 }
 
 func newVersion() *cobra.Command {

@@ -72,16 +72,16 @@ flag value), see docs/notifications.md. SIGTERM stops it cleanly.`,
 	}
 	o.bind(cmd)
 	f := cmd.Flags()
-	f.DurationVar(&o.pollInterval, "poll-interval", 5*time.Minute, "how often each repository:tag is resolved in the registry (also the resync period of every group)")
-	f.Float64Var(&o.pollJitter, "poll-jitter", 0.1, "random spread of the poll interval, as a fraction of it (0..0.5)")
+	f.DurationVar(&o.pollInterval, "poll-interval", controller.DefaultPollInterval, "how often each repository:tag is resolved in the registry (also the resync period of every group)")
+	f.Float64Var(&o.pollJitter, "poll-jitter", controller.DefaultPollJitter, "random spread of the poll interval, as a fraction of it (0..0.5)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
 	f.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz; 0 disables them")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect one active replica through a Lease (run several replicas safely)")
 	f.StringVar(&o.leaderNS, "leader-election-namespace", "", "namespace of the Lease; default: the pod's namespace when in a cluster")
-	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a replica waits before taking over from a leader that stopped renewing")
-	f.IntVar(&o.fightMaxRounds, "fight-max-repins", 3, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (C5)")
-	f.DurationVar(&o.fightWindow, "fight-window", 10*time.Minute, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
-	f.IntVar(&o.workers, "workers", 4, "groups reconciled in parallel")
+	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", controller.DefaultLeaseDuration, "how long a replica waits before taking over from a leader that stopped renewing")
+	f.IntVar(&o.fightMaxRounds, "fight-max-repins", controller.DefaultFightMaxRounds, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (C5)")
+	f.DurationVar(&o.fightWindow, "fight-window", controller.DefaultFightWindow, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
+	f.IntVar(&o.workers, "workers", controller.DefaultWorkers, "groups reconciled in parallel")
 	w := &o.webhook
 	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (B1) on this port, path "+webhook.Path+"; 0 disables it")
 	f.StringVar(&w.host, "webhook-host", "", "address the webhook listens on; default: every interface")
@@ -183,7 +183,6 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	var disc *controller.Discovery
 	if o.discover {
 		disc = &controller.Discovery{Namespaces: o.watchNamespaces}
-		r.ServiceAccounts = true
 	}
 	mgr, err := controller.NewManager(rc, r, controller.Options{
 		Discovery:    disc,

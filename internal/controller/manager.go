@@ -25,6 +25,17 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
+// The defaults of `run`'s flags that shape the controller; the benchmarks
+// build their controller with the same.
+const (
+	DefaultPollInterval   = 5 * time.Minute
+	DefaultPollJitter     = 0.1
+	DefaultWorkers        = 4
+	DefaultFightMaxRounds = 3
+	DefaultFightWindow    = 10 * time.Minute
+	DefaultLeaseDuration  = 15 * time.Second
+)
+
 // Options are the settings of `run` that shape the controller.
 type Options struct {
 	// PollInterval is how often each repository:tag is resolved, and the
@@ -41,8 +52,10 @@ type Options struct {
 	// LeaderElect elects one active replica through a Lease (C3).
 	LeaderElect             bool
 	LeaderElectionNamespace string
-	LeaseDuration           time.Duration
-	// Discovery, when set, manages the labelled workloads too (SPEC D1).
+	LeaseDuration           time.Duration // 0 means DefaultLeaseDuration
+	// Discovery, when set, manages the labelled workloads too (SPEC D1),
+	// and every image resolves with the imagePullSecrets of its pods'
+	// ServiceAccounts too (pass.Runner.ServiceAccounts).
 	Discovery *Discovery
 }
 
@@ -70,10 +83,10 @@ func (m *Manager) Synced() bool { return m.synced.Load() }
 // election, /healthz and a /readyz that fails until the caches synced.
 func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	rc = rest.CopyConfig(rc)
-	// client-go's default (5 QPS) would make a resync over a few hundred
-	// workloads' writes take minutes; stay well under the API server's
-	// fairness.
-	rc.QPS, rc.Burst = 50, 100
+	rc.QPS, rc.Burst = pass.APIQPS, pass.APIBurst
+	if o.Discovery != nil {
+		r.ServiceAccounts = true
+	}
 	p := &poller.Poller{
 		Interval: o.PollInterval, Jitter: o.PollJitter,
 		Resolve: func(ctx context.Context, img config.Image) (string, error) {
@@ -102,7 +115,7 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	}
 	lease := o.LeaseDuration
 	if lease <= 0 {
-		lease = 15 * time.Second
+		lease = DefaultLeaseDuration
 	}
 	renew, retry := lease*2/3, lease/5
 	metricsAddr, healthAddr := o.MetricsAddr, o.HealthAddr

@@ -149,8 +149,8 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 // asyncPatches bounds the image patches of one re-pin that `run` has in
 // flight at once: a new digest of a repo:tag with 100 targets is 100
 // patches, and one after the other they take seconds (each a round trip
-// through admission and etcd). The client's rate limiter (50 QPS, burst
-// 100) still bounds the API load.
+// through admission and etcd). The client's rate limiter (APIQPS, APIBurst)
+// still bounds the API load.
 const asyncPatches = 16
 
 // errNotTried marks a workload whose patch was not sent because an earlier
