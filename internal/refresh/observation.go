@@ -3,6 +3,16 @@
 // to wait for and what to tell the operator, as a Plan. It talks to nothing:
 // every front end (tick, status, dry-run, the controller) reads the cluster,
 // calls Decide, and carries the plan out, so each SPEC rule lives here once.
+//
+// Decide (decide.go) reads the group's attempt and lockout, then decides
+// each image and gates the group; the rules live by family:
+//
+//	resolve.go   the registry's answer (R1), an operator pin (R2), the first observation (R5)
+//	targets.go   per target: read (R7, R19), re-pin or why not (R6–R9, R3, C5)
+//	policy.go    the rollout policy: churn, age, quarantine, windows, slots (R21–R24)
+//	attempts.go  the attempt and its holder (R10, R11, C3, C6)
+//	gate.go      the group's gate: settled guard and lockout (R4, R12)
+//	running.go   what the pods run (N1)
 package refresh
 
 import (

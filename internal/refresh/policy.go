@@ -1,0 +1,272 @@
+package refresh
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/state"
+)
+
+// recentChanges returns the times image's record moved within
+// digestChangeWindow, oldest first; an invalid value is an error (treated
+// as a spent budget, fail-safe). A value whose times all left the window is
+// deleted, unless the record is about to move and rewrite it.
+func (d *decision) recentChanges(img config.Image, digestChanged bool) ([]time.Time, error) {
+	key := d.keys.DigestChanges(img.Name)
+	v, ok := d.value(key)
+	times, err := state.ParseTimes(v, ok)
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s on %s: %w", key, d.p.Anchor, err)
+	}
+	if d.s.DigestChangeWindow <= 0 {
+		return nil, nil
+	}
+	since := d.now().Add(-d.s.DigestChangeWindow)
+	var recent []time.Time
+	for _, t := range times {
+		if t.After(since) { // a time ahead of this clock counts: fail-safe
+			recent = append(recent, t)
+		}
+	}
+	sort.Slice(recent, func(i, j int) bool { return recent[i].Before(recent[j]) })
+	if ok && len(recent) == 0 && !digestChanged {
+		d.p.Bookkeeping.set(key, nil, d.ann)
+	}
+	return recent, nil
+}
+
+// hold is why the rollout policy keeps an image on its recorded digest
+// instead of rolling to the registry's new answer (R21, R22, R23).
+type hold struct {
+	state   State
+	finding Finding
+}
+
+// holdFor applies the rollout policy to a digest change of img from
+// recorded to latest, in order: a quarantined digest (R23), a spent churn
+// budget (R21), a digest younger than minDigestAge (R22), outside every
+// rollout window (R24). nil: roll it. A revert re-pin is never held: it
+// restores the recorded digest.
+func (d *decision) holdFor(img config.Image, recorded, latest string, recent []time.Time, budgetErr error, seen *state.FirstSeenValue) *hold {
+	rearm := d.rearm()
+	if !d.locked && slices.Contains(d.lockedOn(img), latest) {
+		msg := fmt.Sprintf("the registry serves %s:%s at %s, a digest a lockout of group %s locked on: it is quarantined and never tried again (R23); held on the recorded digest %s",
+			img.Repository, img.Tag, latest, d.p.Group, recorded)
+		return &hold{state: StateQuarantined, finding: Finding{Severity: SeverityWarn, Reason: ReasonDigestQuarantined, Image: img.Name, NeedsHuman: true, Message: msg,
+			Remediation: "publish a fixed build under the tag (a new digest is tried by itself), or, to try the quarantined digest again, run: " + rearm}}
+	}
+	if d.s.DigestChangeWindow > 0 && (budgetErr != nil || len(recent) >= d.s.MaxDigestChanges) {
+		var msg string
+		if budgetErr != nil {
+			msg = fmt.Sprintf("%v; treated as a spent digest-change budget (fail-safe): %s:%s is held on its recorded digest %s instead of moving to %s",
+				budgetErr, img.Repository, img.Tag, recorded, latest)
+		} else {
+			until := recent[len(recent)-d.s.MaxDigestChanges].Add(d.s.DigestChangeWindow)
+			msg = fmt.Sprintf("the tag %s:%s is flapping: its digest moved %d times in the last %s (maxDigestChanges %d); held on the recorded digest %s instead of rolling to %s, until %s",
+				img.Repository, img.Tag, len(recent), d.s.DigestChangeWindow, d.s.MaxDigestChanges, recorded, latest, until.UTC().Format(time.RFC3339))
+		}
+		return &hold{state: StateTagFlapping, finding: Finding{Severity: SeverityWarn, Reason: ReasonTagFlapping, Image: img.Name, NeedsHuman: true, Message: msg,
+			Remediation: "find why the tag keeps moving (two publishers, registry replicas that disagree); to roll to the registry's digest now, run: " + rearm}}
+	}
+	if d.s.MinDigestAge > 0 {
+		age := time.Duration(0)
+		if seen != nil {
+			age = d.now().Sub(seen.At)
+		}
+		if seen == nil || age < d.s.MinDigestAge {
+			since := d.now()
+			if seen != nil {
+				since = seen.At
+			}
+			left := d.s.MinDigestAge - age
+			msg := fmt.Sprintf("waiting: %s:%s moved to %s, first seen %s; rolled out after minDigestAge %s, in %s (at %s); held on the recorded digest %s meanwhile",
+				img.Repository, img.Tag, latest, since.UTC().Format(time.RFC3339), d.s.MinDigestAge, left.Round(time.Second), since.Add(d.s.MinDigestAge).UTC().Format(time.RFC3339), recorded)
+			return &hold{state: StateWaiting, finding: Finding{Severity: SeverityInfo, Image: img.Name, Message: msg}}
+		}
+	}
+	if now := d.now(); !config.WindowsOpen(d.s.RolloutWindows, now) {
+		names := make([]string, len(d.s.RolloutWindows))
+		for i, w := range d.s.RolloutWindows {
+			names[i] = w.String()
+		}
+		msg := fmt.Sprintf("outside rolloutWindows (%s): the move of %s:%s to %s waits for the next window, opening %s; held on the recorded digest %s meanwhile",
+			strings.Join(names, "; "), img.Repository, img.Tag, latest, config.NextWindowOpening(d.s.RolloutWindows, now).Format(time.RFC3339), recorded)
+		return &hold{state: StateWindowClosed, finding: Finding{Severity: SeverityInfo, Image: img.Name, Message: msg}}
+	}
+	return nil
+}
+
+// firstSeen keeps when the registry's answer for img was first seen while
+// it differed from the record (R22): a new digest gets now, the record
+// catching up deletes it. It returns the value that applies to latest, or
+// nil when latest was first seen now. An unreadable value is restarted
+// (fail-safe: the wait starts over, never skipped).
+func (d *decision) firstSeen(img config.Image, recorded, latest string) *state.FirstSeenValue {
+	key := d.keys.FirstSeen(img.Name)
+	v, ok := d.value(key)
+	if recorded == latest || d.s.MinDigestAge <= 0 {
+		if ok {
+			d.p.Bookkeeping.set(key, nil, d.ann)
+		}
+		return nil
+	}
+	if ok {
+		if f, err := state.ParseFirstSeen(v); err == nil && f.Digest == latest {
+			return &f
+		} else if err != nil {
+			d.find(Finding{Severity: SeverityWarn, Image: img.Name, Message: fmt.Sprintf("annotation %s on %s: %v; the minDigestAge wait starts over (fail-safe)", key, d.p.Anchor, err)})
+		}
+	}
+	d.p.Bookkeeping.set(key, ptr(state.FirstSeenValue{Digest: latest, At: d.now()}.String()), d.ann)
+	return nil
+}
+
+// hold reports an image the rollout policy keeps on its recorded digest.
+func (d *decision) hold(img config.Image, h *hold) {
+	d.find(h.finding)
+	rem := h.finding.Remediation
+	if rem == "" {
+		rem = "none needed: it rolls by itself when the wait is over"
+	}
+	for i := range d.p.Rows {
+		if r := &d.p.Rows[i]; r.Image == img.Name && r.State == StatePinned {
+			r.State, r.Message, r.Remediation = h.state, h.finding.Message, rem
+		}
+	}
+}
+
+// lockedOn returns the digests lockouts of img's group locked on (R23); an
+// unreadable value is reported and counts as none locked on.
+func (d *decision) lockedOn(img config.Image) []string {
+	key := d.keys.LockedOn(img.Name)
+	v, ok := d.value(key)
+	list, err := state.ParseDigests(v, ok)
+	if err != nil {
+		d.find(Finding{Severity: SeverityWarn, Image: img.Name, Message: fmt.Sprintf("annotation %s on %s: %v; no digest of %s is quarantined", key, d.p.Anchor, err, img.Name)})
+	}
+	return list
+}
+
+// latestOf is the registry's answer for img, "" when it failed or is not
+// a digest.
+func (d *decision) latestOf(img config.Image) string {
+	res := d.obs.Latest[img.Name]
+	if res.Err != nil {
+		return ""
+	}
+	latest, err := imageref.ParseDigest(res.Digest)
+	if err != nil {
+		return ""
+	}
+	return latest
+}
+
+// rearmByNewDigest applies R23: a locked-out group whose lockout recorded
+// the digests it locked on is re-armed once by itself when the registry
+// serves another digest for one of its images. The attempt counter, its
+// holder and the lockout marker are cleared in the bookkeeping write, and
+// the rest of the decision reads the anchor as that write leaves it, so
+// the new digest is tried at once under attempt 1. A group locked before
+// it recorded its digests (the marker written with them), or whose counter
+// does not parse, stays locked.
+func (d *decision) rearmByNewDigest() bool {
+	v, ok := d.value(d.keys.Attempt())
+	if _, err := state.ParseCounter(v, ok); err != nil {
+		return false
+	}
+	if flap, ok := d.value(d.keys.Flap()); !ok || flap != v {
+		return false // the lockout has not recorded what it locked on yet: it does so now (lockOn)
+	}
+	var news []string
+	recordedAny := false
+	for _, img := range d.obs.Group.Images {
+		if img.PinnedDigest != "" {
+			continue
+		}
+		key := d.keys.LockedOn(img.Name)
+		lv, ok := d.value(key)
+		list, err := state.ParseDigests(lv, ok)
+		if err != nil || !ok {
+			continue
+		}
+		recordedAny = true
+		if latest := d.latestOf(img); latest != "" && !slices.Contains(list, latest) {
+			news = append(news, fmt.Sprintf("%s:%s → %s", img.Repository, img.Tag, latest))
+		}
+	}
+	if !recordedAny || len(news) == 0 {
+		return false
+	}
+	cleared := maps.Clone(d.ann)
+	for _, key := range []string{d.keys.Attempt(), d.keys.Holder(), d.keys.Flap()} {
+		if _, ok := d.value(key); ok {
+			d.p.Bookkeeping.set(key, nil, d.ann)
+			delete(cleared, key)
+		}
+	}
+	d.find(Finding{Severity: SeverityWarn, Reason: ReasonRearmedByNewDigest, Event: true, Message: fmt.Sprintf(
+		"group %s was locked out after %d attempts; the registry now serves a digest it did not lock on (%s): re-armed once by itself, trying it (R23); the digests it locked on stay quarantined",
+		d.p.Group, d.p.Attempts, strings.Join(news, ", "))})
+	d.ann, d.p.Attempts = cleared, 0
+	return true
+}
+
+// lockOn records, while the group is locked out, the digest the registry
+// serves for each of its images: the digests this lockout locked on (R23).
+func (d *decision) lockOn() {
+	for _, img := range d.obs.Group.Images {
+		latest := d.latestOf(img)
+		if _, err := imageref.ParseDigest(d.ann[d.keys.Record(img.Name)]); img.PinnedDigest != "" || latest == "" || err != nil {
+			continue // an operator pin, no answer, or a first observation: nothing was tried
+		}
+		key := d.keys.LockedOn(img.Name)
+		v, ok := d.value(key)
+		list, err := state.ParseDigests(v, ok)
+		if err != nil {
+			list = nil // reported by lockedOn; rewritten with this lockout's digest
+		}
+		if slices.Contains(list, latest) {
+			continue
+		}
+		list = append(list, latest)
+		if len(list) > state.MaxLockedOn {
+			list = list[len(list)-state.MaxLockedOn:]
+		}
+		d.p.Bookkeeping.set(key, ptr(strings.Join(list, ",")), d.ann)
+	}
+}
+
+// queued applies R24's maxConcurrentRollouts: a new rollout that moves a
+// target to another digest waits while that many other groups roll out.
+// A revert re-pin restores what ran and is never queued.
+func (d *decision) queued() bool {
+	max, busy := d.s.MaxConcurrentRollouts, d.obs.RollingElsewhere
+	if max <= 0 || len(busy) < max {
+		return false
+	}
+	digestChange := false
+	for _, w := range d.order {
+		for _, c := range d.changes[w] {
+			digestChange = digestChange || c.Cause != CauseRevert
+		}
+	}
+	if !digestChange {
+		return false
+	}
+	d.p.Queued = true
+	msg := fmt.Sprintf("queued: %d group(s) roll out now (%s), maxConcurrentRollouts %d; group %s starts when one of them settled",
+		len(busy), strings.Join(busy, ", "), max, d.p.Group)
+	d.find(Finding{Severity: SeverityInfo, Message: msg})
+	for i := range d.p.Rows {
+		if r := &d.p.Rows[i]; r.State == StateDrifted {
+			r.State, r.Message, r.Remediation = StateQueued, msg, "none needed: it rolls out when a slot is free"
+		}
+	}
+	return true
+}
