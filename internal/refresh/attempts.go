@@ -24,6 +24,58 @@ func (d *decision) readAttempt() (locked bool) {
 	return n >= d.s.MaxAttempts
 }
 
+// repin builds the Repin of a group the gate lets through: the attempt it
+// runs under (R10, R11), the records that land once it settled (R6), and
+// the image changes, one write per workload (R9).
+func (d *decision) repin(settled bool) {
+	g := d.obs.Group
+	rp := &Repin{Wait: g.Workloads(), Unfinished: len(d.order) == 0}
+	if d.s.NoWait {
+		rp.Wait, rp.Async = nil, len(d.order) > 0 || !settled
+	}
+	next := d.attemptWrites(rp, settled)
+	rp.RecordWrite = d.pending
+	rp.Attempt, _ = strconv.Atoi(next)
+	for _, w := range d.order {
+		rp.Changes = append(rp.Changes, WorkloadChange{Workload: w, Images: d.changes[w]})
+	}
+	if rp.Unfinished && !d.s.NoWait {
+		d.find(Finding{Severity: SeverityWarn, Message: fmt.Sprintf(
+			"an earlier re-image of group %s (attempt %d of %d) never confirmed settling; waiting for the rollout again", g.Name, d.p.Attempts, d.s.MaxAttempts)})
+	}
+	d.p.Repin = rp
+}
+
+// attemptWrites sets the attempt writes of rp and returns the attempt it
+// runs under: a new one, with this instance as its holder (C3), when it
+// re-images or waits again; the current one when it only confirms a
+// settled attempt. The clear write expects the attempt, its holder and the
+// lockout marker as they will be.
+func (d *decision) attemptWrites(rp *Repin, settled bool) (attempt string) {
+	next := strconv.Itoa(d.p.Attempts + 1)
+	holder := d.observedHolder()
+	if len(d.order) > 0 || !settled {
+		// R10: the attempt is persisted before anything is re-imaged.
+		rp.AttemptWrite.set(d.keys.Attempt(), &next, d.ann)
+		if d.s.Instance != "" {
+			h := state.Holder{Instance: d.s.Instance, Since: d.now()}.String()
+			rp.AttemptWrite.set(d.keys.Holder(), &h, d.ann)
+			holder = &h
+			rp.ReleaseWrite = Write{Expect: map[string]*string{d.keys.Attempt(): &next, d.keys.Holder(): &h}, Set: map[string]*string{d.keys.Holder(): nil}}
+		}
+	} else {
+		next = strconv.Itoa(d.p.Attempts) // already settled: just confirm it
+	}
+	rp.ClearWrite = Write{Expect: map[string]*string{d.keys.Attempt(): &next}, Set: map[string]*string{d.keys.Attempt(): nil}}
+	if holder != nil {
+		rp.ClearWrite.Expect[d.keys.Holder()], rp.ClearWrite.Set[d.keys.Holder()] = holder, nil
+	}
+	if v, ok := d.value(d.keys.Flap()); ok {
+		rp.ClearWrite.Expect[d.keys.Flap()], rp.ClearWrite.Set[d.keys.Flap()] = &v, nil
+	}
+	return next
+}
+
 // rolloutState is where the attempt of a NoWait pass stands.
 type rolloutState int
 

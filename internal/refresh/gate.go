@@ -13,7 +13,6 @@ import (
 // gate applies the group-level rules: R4 settled guard, R10/R12 lockout,
 // R11 unfinished attempt, and builds the Repin.
 func (d *decision) gate(locked, blocked bool, notSettled []string) {
-	g := d.obs.Group
 	settled := !blocked && len(notSettled) == 0
 	if settled && d.p.SkipStreak > 0 {
 		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
@@ -32,21 +31,7 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 		}
 	}
 	if locked {
-		d.p.LockedOut = true
-		attempt := strconv.Itoa(d.p.Attempts)
-		if v, ok := d.value(d.keys.Flap()); !ok || v != attempt {
-			d.p.Bookkeeping.set(d.keys.Flap(), &attempt, d.ann)
-		}
-		d.lockOn()
-		msg := fmt.Sprintf("refresh of group %s is LOCKED OUT: %d re-image attempts never confirmed settling (max %d); its images are not updated until it is re-armed, or the registry publishes a digest it did not lock on (R23)",
-			g.Name, d.p.Attempts, d.s.MaxAttempts)
-		d.find(Finding{Severity: SeverityWarn, Reason: ReasonRefreshLockedOut, NeedsHuman: true, Message: msg,
-			Remediation: "find why the rollout does not settle (a NotReady node, a crashing pod), then run: " + d.rearm()})
-		for i := range d.p.Rows {
-			if r := &d.p.Rows[i]; r.State == StatePinned || r.State == StateDrifted {
-				r.State, r.Message, r.Remediation = StateLockedOut, msg, "run: "+d.rearm()
-			}
-		}
+		d.lockedOut()
 		return
 	}
 	if blocked {
@@ -67,79 +52,77 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 		return
 	}
 	if !settled && !unfinished {
-		// R4: not settled, and not because of our own rollout.
-		n := d.p.SkipStreak + 1
-		if d.obs.SkipUncounted {
-			n = max(d.p.SkipStreak, 1)
-		} else {
-			d.p.Bookkeeping.set(d.keys.SkipStreak(), ptr(strconv.Itoa(n)), d.ann)
-		}
-		msg := fmt.Sprintf("group %s is not settled (%s); no change this tick (skip %d of %d)", g.Name, strings.Join(notSettled, "; "), n, d.s.MaxSkipTicks)
-		f := Finding{Severity: SeverityNote, Message: msg}
-		if n >= d.s.MaxSkipTicks && !d.obs.SkipUncounted {
-			f = Finding{Severity: SeverityError, Reason: ReasonRefreshFrozen, NeedsHuman: true, Message: msg,
-				Remediation: "find why the rollout does not finish (kubectl rollout status), or raise maxSkipTicks"}
-		}
-		d.find(f)
-		for i := range d.p.Rows {
-			if r := &d.p.Rows[i]; r.State == StateDrifted || r.State == StatePinned {
-				r.State, r.Message = StateNotSettled, msg
-				r.Remediation = f.Remediation
-				if r.Remediation == "" {
-					r.Remediation = "none needed yet: the next tick retries once the rollout finished"
-				}
-			}
-		}
+		d.skipUnsettled(notSettled)
 		return
 	}
 	if len(d.order) == 0 && !unfinished {
-		// Nothing to roll: a record whose targets already run it lands now.
-		for k, v := range d.pending.Set {
-			d.p.Bookkeeping.set(k, v, d.ann)
-			if v != nil && strings.Contains(k, "/last-refreshed-") {
-				d.find(Finding{Severity: SeverityInfo, Message: fmt.Sprintf("recorded %s=%s: every target already runs it", k, *v)})
-			}
-		}
+		d.landRecords()
 		return
 	}
 	if !unfinished && d.queued() {
 		return
 	}
-	rp := &Repin{Wait: g.Workloads(), Unfinished: len(d.order) == 0}
-	if d.s.NoWait {
-		rp.Wait, rp.Async = nil, len(d.order) > 0 || !settled
+	d.repin(settled)
+}
+
+// lockedOut reports a group locked out (R10, R12): it marks the attempt the
+// lockout was told at, records the digests it locked on (R23), and turns
+// every row that would roll into a locked-out one.
+func (d *decision) lockedOut() {
+	d.p.LockedOut = true
+	attempt := strconv.Itoa(d.p.Attempts)
+	if v, ok := d.value(d.keys.Flap()); !ok || v != attempt {
+		d.p.Bookkeeping.set(d.keys.Flap(), &attempt, d.ann)
 	}
-	next := strconv.Itoa(d.p.Attempts + 1)
-	holder := d.observedHolder()
-	if len(d.order) > 0 || !settled {
-		// R10: the attempt is persisted before anything is re-imaged.
-		rp.AttemptWrite.set(d.keys.Attempt(), &next, d.ann)
-		if d.s.Instance != "" {
-			h := state.Holder{Instance: d.s.Instance, Since: d.now()}.String()
-			rp.AttemptWrite.set(d.keys.Holder(), &h, d.ann)
-			holder = &h
-			rp.ReleaseWrite = Write{Expect: map[string]*string{d.keys.Attempt(): &next, d.keys.Holder(): &h}, Set: map[string]*string{d.keys.Holder(): nil}}
+	d.lockOn()
+	msg := fmt.Sprintf("refresh of group %s is LOCKED OUT: %d re-image attempts never confirmed settling (max %d); its images are not updated until it is re-armed, or the registry publishes a digest it did not lock on (R23)",
+		d.obs.Group.Name, d.p.Attempts, d.s.MaxAttempts)
+	d.find(Finding{Severity: SeverityWarn, Reason: ReasonRefreshLockedOut, NeedsHuman: true, Message: msg,
+		Remediation: "find why the rollout does not settle (a NotReady node, a crashing pod), then run: " + d.rearm()})
+	for i := range d.p.Rows {
+		if r := &d.p.Rows[i]; r.State == StatePinned || r.State == StateDrifted {
+			r.State, r.Message, r.Remediation = StateLockedOut, msg, "run: "+d.rearm()
 		}
+	}
+}
+
+// skipUnsettled applies R4 to a group not settled, and not because of
+// image-refresh's own rollout: no change this pass, and the skip streak
+// grows toward maxSkipTicks, where the group is reported frozen.
+func (d *decision) skipUnsettled(notSettled []string) {
+	n := d.p.SkipStreak + 1
+	if d.obs.SkipUncounted {
+		n = max(d.p.SkipStreak, 1)
 	} else {
-		next = strconv.Itoa(d.p.Attempts) // already settled: just confirm it
+		d.p.Bookkeeping.set(d.keys.SkipStreak(), ptr(strconv.Itoa(n)), d.ann)
 	}
-	rp.ClearWrite = Write{Expect: map[string]*string{d.keys.Attempt(): &next}, Set: map[string]*string{d.keys.Attempt(): nil}}
-	if holder != nil {
-		rp.ClearWrite.Expect[d.keys.Holder()], rp.ClearWrite.Set[d.keys.Holder()] = holder, nil
+	msg := fmt.Sprintf("group %s is not settled (%s); no change this tick (skip %d of %d)", d.obs.Group.Name, strings.Join(notSettled, "; "), n, d.s.MaxSkipTicks)
+	f := Finding{Severity: SeverityNote, Message: msg}
+	if n >= d.s.MaxSkipTicks && !d.obs.SkipUncounted {
+		f = Finding{Severity: SeverityError, Reason: ReasonRefreshFrozen, NeedsHuman: true, Message: msg,
+			Remediation: "find why the rollout does not finish (kubectl rollout status), or raise maxSkipTicks"}
 	}
-	if v, ok := d.value(d.keys.Flap()); ok {
-		rp.ClearWrite.Expect[d.keys.Flap()], rp.ClearWrite.Set[d.keys.Flap()] = &v, nil
+	d.find(f)
+	for i := range d.p.Rows {
+		if r := &d.p.Rows[i]; r.State == StateDrifted || r.State == StatePinned {
+			r.State, r.Message = StateNotSettled, msg
+			r.Remediation = f.Remediation
+			if r.Remediation == "" {
+				r.Remediation = "none needed yet: the next tick retries once the rollout finished"
+			}
+		}
 	}
-	rp.RecordWrite = d.pending
-	rp.Attempt, _ = strconv.Atoi(next)
-	for _, w := range d.order {
-		rp.Changes = append(rp.Changes, WorkloadChange{Workload: w, Images: d.changes[w]})
+}
+
+// landRecords writes the pending records of a settled group with nothing
+// to roll: a record whose targets already run it lands now (R6).
+func (d *decision) landRecords() {
+	for k, v := range d.pending.Set {
+		d.p.Bookkeeping.set(k, v, d.ann)
+		if v != nil && strings.Contains(k, "/last-refreshed-") {
+			d.find(Finding{Severity: SeverityInfo, Message: fmt.Sprintf("recorded %s=%s: every target already runs it", k, *v)})
+		}
 	}
-	if rp.Unfinished && !d.s.NoWait {
-		d.find(Finding{Severity: SeverityWarn, Message: fmt.Sprintf(
-			"an earlier re-image of group %s (attempt %d of %d) never confirmed settling; waiting for the rollout again", g.Name, d.p.Attempts, d.s.MaxAttempts)})
-	}
-	d.p.Repin = rp
 }
 
 func (d *decision) readSkipStreak() {

@@ -8,6 +8,36 @@ import (
 	"github.com/image-refresh/image-refresh/internal/state"
 )
 
+// resolve applies R1: the registry's answer for img, as a digest. A failed
+// answer, or one that is not a digest, counts toward maxReadFailures, gives
+// every target an error row and skips the image (ok is false); an answer
+// clears the streak.
+func (d *decision) resolve(img config.Image) (latest string, ok bool) {
+	res := d.obs.Latest[img.Name]
+	err := res.Err
+	if err == nil {
+		if latest, err = imageref.ParseDigest(res.Digest); err != nil {
+			err = fmt.Errorf("registry answer is not a digest: %w", err)
+		}
+	}
+	if err != nil {
+		n, ceiling := d.resolveFailure(img, res.Counted)
+		msg := fmt.Sprintf("resolve %s:%s: %v; image skipped this tick (failure %d of %d)", img.Repository, img.Tag, err, n, d.s.MaxReadFailures)
+		f := Finding{Severity: SeverityWarn, Image: img.Name, Message: msg}
+		if ceiling {
+			f = Finding{Severity: SeverityError, Reason: ReasonRefreshError, Image: img.Name, NeedsHuman: true, Message: msg,
+				Remediation: "check the registry, the repository and tag, and the pull credentials"}
+		}
+		d.find(f)
+		for _, t := range img.Targets {
+			d.row(img, t, StateError, msg, f.Remediation)
+		}
+		return "", false
+	}
+	d.clear(&d.p.Bookkeeping, d.keys.ResolveFailures(img.Name))
+	return latest, true
+}
+
 // resolveFailure counts a failed registry answer for img toward
 // maxReadFailures (R1), once per ask: an answer an earlier pass counted
 // (counted) reports the stored streak and writes nothing, unless the
@@ -21,6 +51,34 @@ func (d *decision) resolveFailure(img config.Image, counted bool) (n int, atCeil
 		}
 	}
 	return d.counter(key)
+}
+
+// record reads img's digest record. Without one (or with one that is not a
+// digest) this is the first observation (R5): latest is recorded, no target
+// is touched, and ok is false.
+func (d *decision) record(img config.Image, latest string) (recorded string, ok bool) {
+	recKey := d.keys.Record(img.Name)
+	recorded, hasRecord := d.value(recKey)
+	if _, err := imageref.ParseDigest(recorded); hasRecord && err != nil {
+		d.find(Finding{Severity: SeverityWarn, Image: img.Name,
+			Message: fmt.Sprintf("annotation %s holds %q, not a digest; treated as absent", recKey, recorded)})
+		hasRecord = false
+	}
+	if hasRecord {
+		return recorded, true
+	}
+	d.p.Bookkeeping.set(recKey, ptr(latest), d.ann)
+	if _, everPinned := d.value(d.keys.EverPinned(img.Name)); !everPinned && d.allOn(img, latest) {
+		// Every target already runs the digest: mark it pinned in the
+		// same write, not in a second one on the next pass.
+		d.p.Bookkeeping.set(d.keys.EverPinned(img.Name), ptr("true"), d.ann)
+	}
+	msg := "first observation: the registry's digest is recorded, no target touched"
+	d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf("%s %s:%s → %s", msg, img.Repository, img.Tag, latest)})
+	for _, t := range img.Targets {
+		d.row(img, t, StateFirstObserved, msg, "")
+	}
+	return "", false
 }
 
 func (d *decision) operatorPin(img config.Image, latest, staleKey string) {
