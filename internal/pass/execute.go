@@ -20,36 +20,12 @@ import (
 // the report, the events and the exit code say what happened.
 func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	anchor := ref(p.Anchor)
-	if !p.Bookkeeping.Empty() {
-		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.Bookkeeping.Expect, p.Bookkeeping.Set); err != nil {
-			if errors.Is(err, workload.ErrChanged) {
-				r.lostRace(p, err, "nothing was written")
-				return
-			}
-			r.fail(p, "write bookkeeping annotations on %s: %v", p.Anchor, err)
-			return
-		}
-	}
-	if !p.ClearSkip.Empty() {
-		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.ClearSkip.Expect, p.ClearSkip.Set); err != nil {
-			// R4: failing to clear the streak is a WARN, not fatal.
-			p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
-				Message: fmt.Sprintf("could not clear the skip streak on %s: %v", p.Anchor, err)})
-		}
-	}
-	rp := p.Repin
-	if rp == nil {
+	if !r.writeBookkeeping(ctx, p, anchor) {
 		return
 	}
-	if !rp.AttemptWrite.Empty() {
-		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set); err != nil {
-			if errors.Is(err, workload.ErrChanged) {
-				r.lostRace(p, err, "nothing was re-imaged")
-				return
-			}
-			r.fail(p, "persist the attempt counter on %s before re-imaging: %v; nothing was re-imaged", p.Anchor, err)
-			return
-		}
+	r.clearSkipStreak(ctx, p, anchor)
+	if p.Repin == nil || !r.persistAttempt(ctx, p, anchor) {
+		return
 	}
 	ended := false // the attempt was cleared, or is another process's now
 	defer func() {
@@ -57,7 +33,97 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 			r.release(ctx, p, anchor)
 		}
 	}()
-	rewrites, failed := 0, false
+	ended = r.reimage(ctx, p, snap, anchor)
+}
+
+// writeBookkeeping writes the plan's bookkeeping (R13); false when it
+// failed, and nothing else is written.
+func (r *Runner) writeBookkeeping(ctx context.Context, p *refresh.Plan, anchor workload.Ref) bool {
+	if p.Bookkeeping.Empty() {
+		return true
+	}
+	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.Bookkeeping.Expect, p.Bookkeeping.Set); err != nil {
+		if errors.Is(err, workload.ErrChanged) {
+			r.lostRace(p, err, "nothing was written")
+			return false
+		}
+		r.fail(p, "write bookkeeping annotations on %s: %v", p.Anchor, err)
+		return false
+	}
+	return true
+}
+
+// clearSkipStreak clears the skip streak of a settled group (R4): failing
+// to is a WARN, not fatal.
+func (r *Runner) clearSkipStreak(ctx context.Context, p *refresh.Plan, anchor workload.Ref) {
+	if p.ClearSkip.Empty() {
+		return
+	}
+	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.ClearSkip.Expect, p.ClearSkip.Set); err != nil {
+		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
+			Message: fmt.Sprintf("could not clear the skip streak on %s: %v", p.Anchor, err)})
+	}
+}
+
+// persistAttempt writes the repin's attempt before anything is re-imaged
+// (R10); false when it failed, and nothing is re-imaged.
+func (r *Runner) persistAttempt(ctx context.Context, p *refresh.Plan, anchor workload.Ref) bool {
+	rp := p.Repin
+	if rp.AttemptWrite.Empty() {
+		return true
+	}
+	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set); err != nil {
+		if errors.Is(err, workload.ErrChanged) {
+			r.lostRace(p, err, "nothing was re-imaged")
+			return false
+		}
+		r.fail(p, "persist the attempt counter on %s before re-imaging: %v; nothing was re-imaged", p.Anchor, err)
+		return false
+	}
+	return true
+}
+
+// reimage writes the repin's image changes (R9) and ends its attempt: at
+// once when admission rewrote every one of them (C5), by the pass that sees
+// the rollout settled in `run` (C6), or after waiting for the rollouts in a
+// tick. It reports whether the attempt ended; if not, Execute releases it.
+func (r *Runner) reimage(ctx context.Context, p *refresh.Plan, snap Snapshot, anchor workload.Ref) (ended bool) {
+	rp := p.Repin
+	rewrites, failed := r.applyChanges(ctx, p, snap)
+	if failed {
+		return false
+	}
+	if rewrites > 0 && rewrites == len(rp.Changes) && !rp.AttemptWrite.Empty() {
+		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
+			r.fail(p, "release the attempt counter on %s after a rewritten re-pin: %v", p.Anchor, err)
+			return false
+		}
+		return true
+	}
+	if rp.Async {
+		// run (C6): the holder on the anchor times the rollout, and the
+		// pass that sees it settled confirms it; this worker is free.
+		for i := range p.Rows {
+			if p.Rows[i].State == refresh.StateDrifted {
+				p.Rows[i].State, p.Rows[i].Message = refresh.StateNotSettled, "re-pinned this pass; the rollout is in progress"
+			}
+		}
+		return true
+	}
+	if !r.waitSettled(ctx, p) {
+		return false
+	}
+	if ended, ok := r.clearAttempt(ctx, p, anchor); !ok {
+		return ended
+	}
+	r.recordDigests(ctx, p, anchor)
+	return true
+}
+
+// applyChanges writes the repin's image changes and reports how many
+// admission rewrote (C5) and whether a write failed.
+func (r *Runner) applyChanges(ctx context.Context, p *refresh.Plan, snap Snapshot) (rewrites int, failed bool) {
+	rp := p.Repin
 	for _, res := range r.applyAll(ctx, p, snap, rp.Changes, rp.Async) {
 		p.Findings = append(p.Findings, res.findings...)
 		switch err := res.err; {
@@ -75,28 +141,13 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 			failed = true
 		}
 	}
-	if failed {
-		return
-	}
-	if rewrites > 0 && rewrites == len(rp.Changes) && !rp.AttemptWrite.Empty() {
-		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
-			r.fail(p, "release the attempt counter on %s after a rewritten re-pin: %v", p.Anchor, err)
-			return
-		}
-		ended = true
-		return
-	}
-	if rp.Async {
-		// run (C6): the holder on the anchor times the rollout, and the
-		// pass that sees it settled confirms it; this worker is free.
-		ended = true
-		for i := range p.Rows {
-			if p.Rows[i].State == refresh.StateDrifted {
-				p.Rows[i].State, p.Rows[i].Message = refresh.StateNotSettled, "re-pinned this pass; the rollout is in progress"
-			}
-		}
-		return
-	}
+	return rewrites, failed
+}
+
+// waitSettled waits for every rollout of the repin (R14 rolloutTimeout);
+// false when one did not settle, and the digest record stays.
+func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan) bool {
+	rp := p.Repin
 	for _, w := range rp.Wait {
 		st, err := r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
 		if err != nil || !st.Settled {
@@ -106,23 +157,36 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 			}
 			r.fail(p, "rollout not settled: %s; the digest record is unchanged and the next tick retries (attempt %d of %d)",
 				why, rp.Attempt, r.Config.MaxRefreshAttempts)
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// clearAttempt clears the attempt of a settled rollout in its own write.
+// ok is false when it was not cleared: ended tells whether the attempt is
+// another process's now (C3) rather than still this one's.
+func (r *Runner) clearAttempt(ctx context.Context, p *refresh.Plan, anchor workload.Ref) (ended, ok bool) {
+	rp := p.Repin
 	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
 		if errors.Is(err, workload.ErrChanged) {
 			// C3: another process took the attempt over or confirmed it
 			// while this one waited; the digest records are its to write
 			// (or the next pass's, which records what every target runs).
-			ended = true
 			p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
 				Message: fmt.Sprintf("the rollout settled, but the attempt on %s changed while this pass waited (%v): another image-refresh process took it over or confirmed it; the digest records are left to it", p.Anchor, err)})
-			return
+			return true, false
 		}
 		r.fail(p, "clear the attempt counter on %s after a settled rollout: %v", p.Anchor, err)
-		return
+		return false, false
 	}
-	ended = true
+	return true, true
+}
+
+// recordDigests records the rolled-out digests once the attempt is cleared
+// (R6), and reports the targets pinned.
+func (r *Runner) recordDigests(ctx context.Context, p *refresh.Plan, anchor workload.Ref) {
+	rp := p.Repin
 	if !rp.RecordWrite.Empty() {
 		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
 			if errors.Is(err, workload.ErrChanged) {
