@@ -87,7 +87,39 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	if o.Discovery != nil {
 		r.ServiceAccounts = true
 	}
-	p := &poller.Poller{
+	c := New(r, newPoller(r, o), o.PollInterval, o.FightMaxRounds, o.FightWindow)
+	namespaces, byObject := cacheScope(r.Config, o.Discovery)
+	mgr, err := ctrl.NewManager(rc, managerOptions(o, namespaces, byObject))
+	if err != nil {
+		return nil, fmt.Errorf("start the controller manager: %w", err)
+	}
+	c.elected = mgr.Elected()
+	// Observation reads come from the informer cache; writes and the reads
+	// of the write path stay direct.
+	var reader client.Reader = mgr.GetCache()
+	if o.Discovery != nil {
+		if reader, err = addDiscovery(mgr, rc, c, namespaces, o.Discovery); err != nil {
+			return nil, err
+		}
+	}
+	r.Workloads.SetCache(reader)
+	r.Events = workload.Aggregating{Sink: mgr.GetEventRecorder(workload.Component)}
+	r.KeychainTTL = o.PollInterval
+	workers := max(o.Workers, 1)
+	if err := c.SetupWithManager(mgr, workers); err != nil {
+		return nil, err
+	}
+	m := &Manager{Manager: mgr, Controller: c, reader: reader}
+	if err := m.addProbes(Kinds(r.Config, o.Discovery), len(namespaces) > 0, o.Discovery != nil); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// newPoller builds the poller of r's images: one ask per repository:tag
+// per interval, with the pull secrets of their targets (C2).
+func newPoller(r *pass.Runner, o Options) *poller.Poller {
+	return &poller.Poller{
 		Interval: o.PollInterval, Jitter: o.PollJitter,
 		Resolve: func(ctx context.Context, img config.Image) (string, error) {
 			return r.Resolver.Latest(ctx, img.Repository, img.Tag, r.KeychainFor(ctx, img))
@@ -96,13 +128,18 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 		// often (C2).
 		Pace: func(img config.Image, d time.Duration) time.Duration { return r.Resolver.Pace(img.Repository, d) },
 	}
-	c := New(r, p, o.PollInterval, o.FightMaxRounds, o.FightWindow)
+}
+
+// cacheScope is what the manager's cache holds: the namespaces the config
+// names, the pods of their workloads (N1), and with discovery what it reads
+// (D1).
+func cacheScope(cfg *config.Config, d *Discovery) (map[string]cache.Config, map[client.Object]cache.ByObject) {
 	namespaces := map[string]cache.Config{}
-	for _, ns := range Namespaces(r.Config) {
+	for _, ns := range Namespaces(cfg) {
 		namespaces[ns] = cache.Config{}
 	}
 	byObject := map[client.Object]cache.ByObject{}
-	if len(namespaces) > 0 || o.Discovery == nil {
+	if len(namespaces) > 0 || d == nil {
 		// The pods of the managed namespaces, for what they run (N1),
 		// kept with only the fields that check reads. With discovery and
 		// no configured namespace, pods are read from a labelled
@@ -110,9 +147,16 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 		// would mean every namespace.
 		byObject[&corev1.Pod{}] = cache.ByObject{Transform: workload.StripPod}
 	}
-	if o.Discovery != nil {
-		addDiscoveryCache(byObject, namespaces, r.Config.AnnotationPrefix, o.Discovery)
+	if d != nil {
+		addDiscoveryCache(byObject, namespaces, cfg.AnnotationPrefix, d)
 	}
+	return namespaces, byObject
+}
+
+// managerOptions are the controller-runtime options of `run`: the cache
+// scope, the endpoints ("" and "0" disable one), and leader election
+// through a Lease (C3).
+func managerOptions(o Options, namespaces map[string]cache.Config, byObject map[client.Object]cache.ByObject) ctrl.Options {
 	lease := o.LeaseDuration
 	if lease <= 0 {
 		lease = DefaultLeaseDuration
@@ -125,7 +169,7 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	if healthAddr == "" {
 		healthAddr = "0"
 	}
-	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+	return ctrl.Options{
 		Scheme:                        scheme.Scheme,
 		MapperProvider:                rememberingMapperProvider,
 		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject},
@@ -139,56 +183,48 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 		RenewDeadline:                 &renew,
 		RetryPeriod:                   &retry,
 		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("start the controller manager: %w", err)
 	}
-	c.elected = mgr.Elected()
-	// Observation reads come from the informer cache; writes and the reads
-	// of the write path stay direct.
-	var reader client.Reader = mgr.GetCache()
-	if o.Discovery != nil {
-		nc := &namespaceCaches{
-			rc: rc, scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(), httpClient: mgr.GetHTTPClient(),
-			main: mgr.GetCache(), api: mgr.GetAPIReader(), covered: map[string]bool{},
-			watch: c.watchNamespaceCache, caches: map[string]*namespaceCache{},
-		}
-		nc.trigger = func(ctx context.Context, cc cache.Cache) error { return c.discoveryTrigger(ctx, cc) }
-		for ns := range namespaces {
-			nc.covered[ns] = true
-		}
-		c.discovery = &discoveryState{scope: o.Discovery.Namespaces, caches: nc, noted: map[string]bool{}, wake: make(chan struct{}, 1)}
-		reader = nc
-		if err := mgr.Add(nc); err != nil {
-			return nil, err
-		}
-		if err := mgr.Add(standbyDiscovery{c: c, cache: mgr.GetCache()}); err != nil {
-			return nil, err
-		}
+}
+
+// addDiscovery wires discovery into mgr (D1): the caches of the labelled
+// namespaces, started as their label is seen, and the discovery a standby
+// runs. It returns the reader of the workloads: the manager's cache, and
+// the labelled namespaces' caches.
+func addDiscovery(mgr ctrl.Manager, rc *rest.Config, c *Controller, namespaces map[string]cache.Config, d *Discovery) (client.Reader, error) {
+	nc := &namespaceCaches{
+		rc: rc, scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(), httpClient: mgr.GetHTTPClient(),
+		main: mgr.GetCache(), api: mgr.GetAPIReader(), covered: map[string]bool{},
+		watch: c.watchNamespaceCache, caches: map[string]*namespaceCache{},
 	}
-	r.Workloads.SetCache(reader)
-	r.Events = workload.Aggregating{Sink: mgr.GetEventRecorder(workload.Component)}
-	r.KeychainTTL = o.PollInterval
-	workers := max(o.Workers, 1)
-	if err := c.SetupWithManager(mgr, workers); err != nil {
+	nc.trigger = func(ctx context.Context, cc cache.Cache) error { return c.discoveryTrigger(ctx, cc) }
+	for ns := range namespaces {
+		nc.covered[ns] = true
+	}
+	c.discovery = &discoveryState{scope: d.Namespaces, caches: nc, noted: map[string]bool{}, wake: make(chan struct{}, 1)}
+	if err := mgr.Add(nc); err != nil {
 		return nil, err
 	}
-	m := &Manager{Manager: mgr, Controller: c, reader: reader}
-	if err := mgr.Add(cacheSynced{m: m, kinds: Kinds(r.Config, o.Discovery), pods: len(namespaces) > 0, discovery: o.Discovery != nil}); err != nil {
+	if err := mgr.Add(standbyDiscovery{c: c, cache: mgr.GetCache()}); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
+	return nc, nil
+}
+
+// addProbes adds /healthz, and a /readyz that fails until the informer
+// caches of the watched kinds synced (cacheSynced).
+func (m *Manager) addProbes(kinds []*workload.Kind, pods, withDiscovery bool) error {
+	if err := m.Add(cacheSynced{m: m, kinds: kinds, pods: pods, discovery: withDiscovery}); err != nil {
+		return err
 	}
-	if err := mgr.AddReadyzCheck("cache-synced", func(*http.Request) error {
+	if err := m.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return m.AddReadyzCheck("cache-synced", func(*http.Request) error {
 		if !m.Synced() {
 			return errors.New("informer caches not synced yet")
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return m, nil
+	})
 }
 
 // cacheSynced flips Synced once the informer caches have synced (/readyz).
