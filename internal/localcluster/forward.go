@@ -165,6 +165,13 @@ func (c *Cluster) startForwarder(command []string) error {
 			return err
 		}
 		c.Procs["forward-"+c.Real.Name] = p
+		// The forwarder outlives this process, as the node does: it is the
+		// node's owner from now on, so that the next start of a real node
+		// on this machine does not reap it as stale.
+		c.Real.Owner = p.PID
+		if err := c.Real.record(); err != nil {
+			return err
+		}
 		return c.save()
 	}
 	ctx, cancel := context.WithCancel(context.Background())

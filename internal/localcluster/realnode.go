@@ -64,7 +64,8 @@ type RealNode struct {
 	// CgroupRoot is the node's cgroup (every v1 hierarchy): the kubelet's
 	// cgroupRoot, and the cgroup of containerd, the kubelet and kube-proxy.
 	CgroupRoot string `json:"cgroupRoot"`
-	// Owner is the PID of the process that started the node.
+	// Owner is the PID of the process that started the node, or of a
+	// detached cluster's forwarder process, which outlives it.
 	Owner int `json:"owner"`
 	// Forwards are the ports forwarded from NodeIP to loopback.
 	Forwards []int `json:"forwards,omitempty"`
