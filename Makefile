@@ -33,10 +33,14 @@ cluster-bin:
 	@hack/build-cluster.sh >/dev/null
 
 # The main job, narrated, on a local cluster and registry of its own (about
-# 2 minutes once the cluster binaries are built). KEEP=1 leaves the cluster
-# running in $(RUN_DIR); `make cluster-down` stops it.
-demo:
-	@bindir=$$(hack/build-cluster.sh) && KEEP="$(KEEP)" $(GO) run ./hack/demo -bin-dir "$$bindir" -run-dir "$(RUN_DIR)"
+# a minute once the cluster binaries are built). Its step 7 runs on a real
+# node (root, hack/install-real-node.sh); REAL_NODES=0 leaves it out. KEEP=1
+# leaves the cluster running in $(RUN_DIR); `make cluster-down` stops it
+# (bin/localcluster then runs the real node's forwarder).
+demo: $(if $(filter-out 0,$(KEEP)),$(LOCALCLUSTER))
+	@if [[ "$(or $(REAL_NODES),1)" != 0 ]]; then hack/install-real-node.sh; fi
+	@bindir=$$(hack/build-cluster.sh) && KEEP="$(KEEP)" $(GO) run ./hack/demo -bin-dir "$$bindir" -run-dir "$(RUN_DIR)" \
+		-real-node=$(if $(filter 0,$(or $(REAL_NODES),1)),false,true) -localcluster "$(abspath $(LOCALCLUSTER))"
 
 # The CNCF Distribution registry of the second-registry tests (Debian package
 # docker-registry, no system service left running); a no-op once installed.
@@ -84,11 +88,11 @@ $(LOCALCLUSTER): $(shell find hack/localcluster internal/localcluster internal/t
 	@$(GO) build -o $@ ./hack/localcluster
 
 # Prints exactly two lines: eval "$(make -s cluster-up)". REAL_NODES=1 adds
-# a node run by a real kubelet and containerd (docs/local-cluster.md).
-REAL_NODES ?= 0
+# a node run by a real kubelet and containerd (docs/local-cluster.md); unset,
+# cluster-up starts none (make demo starts one).
 cluster-up: $(LOCALCLUSTER)
-	@if [[ "$(REAL_NODES)" != 0 ]]; then hack/install-real-node.sh; fi
-	@bindir=$$(hack/build-cluster.sh) && REAL_NODES="$(REAL_NODES)" $(LOCALCLUSTER) up "$$bindir" "$(RUN_DIR)"
+	@if [[ "$(or $(REAL_NODES),0)" != 0 ]]; then hack/install-real-node.sh; fi
+	@bindir=$$(hack/build-cluster.sh) && REAL_NODES="$(or $(REAL_NODES),0)" $(LOCALCLUSTER) up "$$bindir" "$(RUN_DIR)"
 
 cluster-down: $(LOCALCLUSTER)
 	@$(LOCALCLUSTER) down "$(RUN_DIR)"

@@ -5,7 +5,11 @@
 // it narrates: any surprise exits non-zero, so the demo is also an
 // end-to-end check.
 //
-//	go run ./hack/demo [-bin-dir DIR] [-run-dir DIR]   # KEEP=1 keeps the cluster
+// Step 7 runs on a real node (a kubelet with containerd, docs/local-cluster.md),
+// which needs root and the packages of hack/install-real-node.sh;
+// -real-node=false (make demo REAL_NODES=0) leaves it out.
+//
+//	go run ./hack/demo [-bin-dir DIR] [-run-dir DIR] [-real-node=false] [-localcluster BIN]   # KEEP=1 keeps the cluster
 package main
 
 import (
@@ -16,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +35,8 @@ import (
 type options struct {
 	binDir, runDir, chart string
 	keep                  bool
+	realNode              bool
+	localcluster          string // the hack/localcluster binary, for KEEP=1 with the real node
 }
 
 func main() {
@@ -37,6 +44,8 @@ func main() {
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of the cluster binaries and helm (default: the output of hack/build-cluster.sh)")
 	flag.StringVar(&o.runDir, "run-dir", "", "with KEEP=1: run directory of the kept cluster, the one `make cluster-down` stops (required then)")
 	flag.StringVar(&o.chart, "chart", "hack/demo-chart", "the demo Helm chart")
+	flag.BoolVar(&o.realNode, "real-node", true, "start the real node (root, hack/install-real-node.sh) and run step 7 on it")
+	flag.StringVar(&o.localcluster, "localcluster", "", "with KEEP=1 and the real node: the hack/localcluster binary, whose node-forward keeps the kept cluster's real node reachable (make demo passes bin/localcluster)")
 	flag.Parse()
 	o.keep = os.Getenv("KEEP") != "" && os.Getenv("KEEP") != "0"
 
@@ -57,6 +66,7 @@ type demo struct {
 	kube    kubernetes.Interface
 	wl      *workload.Client
 	reg     *testregistry.Server
+	nodeReg string // the registry as the real node, its pods and the host reach it
 	helm    *helm
 	config  string
 	digests map[string]string // image name → the digest :prod points to now
@@ -99,7 +109,7 @@ func run(ctx context.Context, o options) (code int) {
 		}
 	}()
 	d.setup()
-	steps := []func(){d.stepPin, d.stepNewDigest, d.stepHelmUpgrade, d.stepWebhook, d.stepNodeDown, d.stepAdopt, d.stepStatus}
+	steps := []func(){d.stepPin, d.stepNewDigest, d.stepHelmUpgrade, d.stepWebhook, d.stepNodeDown, d.stepAdopt, d.stepRealNode, d.stepStatus}
 	for _, step := range steps {
 		step()
 	}
@@ -107,13 +117,20 @@ func run(ctx context.Context, o options) (code int) {
 	d.line("", fmt.Sprintf("━━ done in %s: every step showed what it narrated", time.Since(d.start).Round(100*time.Millisecond)))
 	d.say("helm upgrade returned → every target re-pinned: %s", ms(d.repinLatency))
 	d.say("the same upgrade with the webhook: %v admission pins, no bare tag stored, one rollout each", d.webhookPins)
+	if d.cluster.Real != nil {
+		d.say("on %s, a real node: a new pod ran the cached build A of :%s after the tag moved; pinned, it runs B", d.cluster.RealNodeName(), tag)
+	}
 	return 0
 }
 
 // setup starts the cluster and the registry, pushes the images, installs
 // the chart with Helm and writes the image-refresh config.
 func (d *demo) setup() {
-	d.line("", "━━ setup: a local cluster (3 kwok nodes), a loopback registry, the chart installed with Helm")
+	nodes := "3 kwok nodes"
+	if d.o.realNode {
+		nodes += " and a real one"
+	}
+	d.line("", "━━ setup: a local cluster ("+nodes+"), a loopback registry, the chart installed with Helm")
 	if d.o.binDir == "" {
 		d.say("hack/build-cluster.sh (builds the cluster binaries and helm once; later runs reuse them)")
 		cmd := exec.CommandContext(d.ctx, "hack/build-cluster.sh")
@@ -127,7 +144,19 @@ func (d *demo) setup() {
 	d.must(os.MkdirAll(d.work, 0o755), "create the work directory")
 
 	log := d.output()
-	c, err := localcluster.Start(d.ctx, localcluster.Options{BinDir: d.o.binDir, RunDir: runDir, Detach: d.o.keep, Log: log})
+	opts := localcluster.Options{BinDir: d.o.binDir, RunDir: runDir, Detach: d.o.keep, Log: log}
+	if d.o.realNode {
+		opts.RealNodes = 1
+		if d.o.keep {
+			// The real node reaches the API server through a forwarder that
+			// must outlive the demo: hack/localcluster's, as cluster-up runs it.
+			if d.o.localcluster == "" {
+				d.failf("KEEP=1 with the real node needs -localcluster (make demo passes bin/localcluster)")
+			}
+			opts.ForwardCommand = []string{d.o.localcluster, "node-forward"}
+		}
+	}
+	c, err := localcluster.Start(d.ctx, opts)
 	log.Flush()
 	d.must(err, "start the local cluster")
 	d.cluster, d.kube = c, c.Client
@@ -139,6 +168,14 @@ func (d *demo) setup() {
 	d.reg = testregistry.New()
 	d.must(d.reg.Start("127.0.0.1:0"), "start the registry")
 	d.ok("registry on http://%s", d.reg.Host())
+	if c.Real != nil {
+		_, port, _ := strings.Cut(d.reg.Host(), ":")
+		p, err := strconv.Atoi(port)
+		d.must(err, "the registry's port")
+		d.nodeReg, err = c.Expose(p)
+		d.must(err, "expose the registry to "+c.RealNodeName())
+		d.ok("the same registry as %s's containerd and pods reach it: http://%s", c.RealNodeName(), d.nodeReg)
+	}
 	for _, img := range images {
 		d.push(img)
 	}

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const nSteps = 7
+const nSteps = 8
 
 // 1. R5 first observation, then R7 pins every target.
 func (d *demo) stepPin() {
@@ -232,18 +232,29 @@ func (d *demo) nodeReady(name string) string {
 	return "no Ready condition"
 }
 
-// 6. The closing picture.
+// 8. The closing picture.
 func (d *demo) stepStatus() {
-	d.step(7, nSteps, "image-refresh status")
+	d.step(8, nSteps, "image-refresh status")
 	code, out, _ := d.imageRefresh("status", "--config", d.config)
 	if code != 0 {
 		d.failf("status exited %d", code)
 	}
-	// The release's targets and the one adopted by its label (step 6).
-	if n := strings.Count(out, " pinned "); n != len(targets)+1 || strings.Contains(out, "fix:") {
-		d.failf("status does not show every target pinned (%d of %d rows)", n, len(targets)+1)
+	// The release's targets and those adopted by their label (steps 6 and 7).
+	want := len(targets) + 1
+	if d.cluster.Real != nil {
+		want++
 	}
-	d.ok("every target pinned")
+	if n := strings.Count(out, " pinned "); n != want || strings.Contains(out, "fix:") {
+		d.failf("status does not show every target pinned (%d of %d rows)", n, want)
+	}
+	if d.cluster.Real == nil {
+		d.ok("every target pinned")
+		return
+	}
+	if row := statusRow(out, "storefront/"+storefront.container); !strings.Contains(row, " pinned ") || !strings.HasSuffix(row, " 1/1 ") {
+		d.failf("status does not show storefront pinned with its pod on the digest (step 7): %q", row)
+	}
+	d.ok("every target pinned; storefront's pod on %s runs the pinned build (1/1)", d.cluster.RealNodeName())
 }
 
 // running is the status state and RUNNING of t (N1), from status -o json.

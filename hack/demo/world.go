@@ -48,7 +48,7 @@ var (
 
 // configText is the image-refresh config: one group (the Helm release)
 // anchored on jobs-manager, short timeouts so that the lockout story fits
-// in a minute.
+// in a minute, and the registry under both its names.
 func (d *demo) configText() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `annotationPrefix: %s
@@ -57,11 +57,16 @@ registryTimeout: 5s
 maxRefreshAttempts: 2
 registries:
   - {host: "%s", insecure: true}
-groups:
+`, prefix, d.reg.Host())
+	if d.nodeReg != "" {
+		// The same registry under the name the real node uses (step 7).
+		fmt.Fprintf(&b, "  - {host: \"%s\", insecure: true}\n", d.nodeReg)
+	}
+	fmt.Fprintf(&b, `groups:
   - name: %s
     anchor: {kind: Deployment, namespace: %s, name: jobs-manager}
     images:
-`, prefix, d.reg.Host(), group, namespace)
+`, group, namespace)
 	for _, img := range images {
 		fmt.Fprintf(&b, "      - name: %s\n        repository: %s\n        tag: %s\n        targets:\n", img, d.repo(img), tag)
 		for _, t := range targets {
