@@ -85,6 +85,11 @@ type Group struct {
 	Name   string   `yaml:"name"`
 	Anchor Workload `yaml:"anchor"`
 	Images []Image  `yaml:"images"`
+	// Discovered: internal/discovery made the group from labelled
+	// workloads (D1); never set from a config file. Its pins keep the tag
+	// (discovery.PinFormat), and its images resolve with the pull secrets
+	// of its pods' ServiceAccounts too (R20).
+	Discovered bool `yaml:"-"`
 }
 
 // Workloads returns the anchor and then every distinct target workload, in

@@ -164,9 +164,6 @@ func StandaloneName(w config.Workload) string {
 	return w.Namespace + "/" + strings.ToLower(w.Kind) + "/" + w.Name
 }
 
-// IsDiscoveredName reports whether a group name is one Discover makes.
-func IsDiscoveredName(name string) bool { return strings.Contains(name, "/") }
-
 // value reads a discovery key from the annotations, then the labels.
 func value(obj client.Object, key string) string {
 	if v, ok := obj.GetAnnotations()[key]; ok {
@@ -220,7 +217,7 @@ func build(prefix, name string, cs []candidate) config.Group {
 		}
 		return strings.Compare(a.w.Kind, b.w.Kind)
 	})
-	g := config.Group{Name: name, Anchor: cs[0].w}
+	g := config.Group{Name: name, Anchor: cs[0].w, Discovered: true}
 	index := map[string]int{} // repository:tag → index in g.Images
 	names := map[string]bool{}
 	for _, c := range cs {
@@ -270,8 +267,8 @@ func validImageName(prefix, name string) bool {
 // keep the tag (repo:tag@digest), so that its targets stay discoverable
 // (D1); a configured group's follow the config's pinFormat. tick, run, the
 // webhook and render all ask this.
-func PinFormat(group string, configured imageref.PinFormat) imageref.PinFormat {
-	if IsDiscoveredName(group) {
+func PinFormat(g config.Group, configured imageref.PinFormat) imageref.PinFormat {
+	if g.Discovered {
 		return imageref.PinTagAndDigest
 	}
 	return configured

@@ -173,6 +173,9 @@ func TestDiscover_D1(t *testing.T) {
 				nss[n] = true
 			}
 			res := Discover(Input{Prefix: prefix, Namespaces: nss, Workloads: tc.objs, Configured: tc.configured})
+			for i := range tc.want {
+				tc.want[i].Discovered = true // every group Discover makes
+			}
 			if !reflect.DeepEqual(tc.want, res.Groups) {
 				t.Errorf("groups:\n got %+v\nwant %+v", res.Groups, tc.want)
 			}
@@ -222,6 +225,10 @@ groups:
 	}
 	got, want := res.Groups[0], cfg.Groups[0]
 	got.Name = want.Name // discovered names carry the namespace and kind
+	if !got.Discovered {
+		t.Errorf("a discovered group is not marked Discovered")
+	}
+	got.Discovered = false // the only other difference
 	if !reflect.DeepEqual(want, got) {
 		t.Errorf("discovered group differs from the configured one:\nconfigured %+v\ndiscovered %+v", want, got)
 	}
@@ -250,10 +257,10 @@ func TestDiscover_D1_ImageNamesStayValidAnnotationKeys(t *testing.T) {
 }
 
 func TestPinFormat_D1_ADiscoveredGroupKeepsTheTag(t *testing.T) {
-	if got := PinFormat("shop/deployment/api", imageref.PinDigest); got != imageref.PinTagAndDigest {
+	if got := PinFormat(config.Group{Name: "shop/deployment/api", Discovered: true}, imageref.PinDigest); got != imageref.PinTagAndDigest {
 		t.Errorf("a discovered group pins as %s, want %s", got, imageref.PinTagAndDigest)
 	}
-	if got := PinFormat("web", imageref.PinDigest); got != imageref.PinDigest {
+	if got := PinFormat(config.Group{Name: "web"}, imageref.PinDigest); got != imageref.PinDigest {
 		t.Errorf("a configured group pins as %s, want the config's %s", got, imageref.PinDigest)
 	}
 }

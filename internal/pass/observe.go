@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -149,7 +148,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		var kc authn.Keychain
 		keychain := func() authn.Keychain {
 			if kc == nil {
-				kc = r.keychain(ctx, img, objs, r.ServiceAccounts || discovery.IsDiscoveredName(g.Name))
+				kc = r.keychain(ctx, img, objs, r.ServiceAccounts || g.Discovered)
 			}
 			return kc
 		}

@@ -126,7 +126,7 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 		settings.Now = r.Now
 	}
 	settings.NoWait = opts.NoWait
-	settings.PinFormat = discovery.PinFormat(g.Name, settings.PinFormat)
+	settings.PinFormat = discovery.PinFormat(g, settings.PinFormat)
 	decide := func() (Snapshot, *refresh.Plan) {
 		snap := r.Observe(ctx, g, latest)
 		snap.Observation.Fights = opts.Fights

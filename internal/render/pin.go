@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/refresh"
 )
@@ -75,7 +74,7 @@ func (s *Stream) Pin(recorded map[ImageKey]string, unread map[string]string) Res
 		}
 		value := st.node.Value
 		digest, ok := recorded[key]
-		to, skip := refresh.PinRendered(st.image, value, digest, ok, discovery.PinFormat(st.group, s.pinFormat))
+		to, skip := refresh.PinRendered(st.image, value, digest, ok, st.pinFormat)
 		switch skip {
 		case refresh.SkipOperatorPin, refresh.SkipOnDigest:
 			continue // the operator's pin (R2; fix A reports a stale one), or already on it (R7)

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 )
 
@@ -31,7 +32,6 @@ type ImageKey struct{ Group, Image string }
 // Stream is a parsed manifest stream and the managed containers found in it.
 type Stream struct {
 	src       []byte
-	pinFormat imageref.PinFormat
 	groups    []string // every group, in config order
 	documents int
 	sites     []site
@@ -43,6 +43,8 @@ type Stream struct {
 type managed struct {
 	group string
 	image config.Image
+	// pinFormat is the group's: a discovered group's pins keep the tag (D1).
+	pinFormat imageref.PinFormat
 }
 
 // SyntaxError is a stream that is not YAML. Document is 1-based; Line is
@@ -71,12 +73,12 @@ var (
 // metadata.namespace (Helm installs them into the release namespace). A
 // stream that is not YAML is a *SyntaxError.
 func Parse(stream []byte, cfg *config.Config, namespace string) (s *Stream, err error) {
-	s = &Stream{src: stream, pinFormat: cfg.PinFormat, targets: map[config.Target]managed{}}
+	s = &Stream{src: stream, targets: map[config.Target]managed{}}
 	for _, g := range cfg.Groups {
 		s.groups = append(s.groups, g.Name)
 		for _, img := range g.Images {
 			for _, t := range img.Targets {
-				s.targets[t] = managed{group: g.Name, image: img}
+				s.targets[t] = managed{group: g.Name, image: img, pinFormat: discovery.PinFormat(g, cfg.PinFormat)}
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -18,7 +19,9 @@ type site struct {
 	target config.Target
 	group  string
 	image  config.Image
-	node   *yaml.Node // the image scalar, aliases resolved
+	// pinFormat is the group's (managed.pinFormat).
+	pinFormat imageref.PinFormat
+	node      *yaml.Node // the image scalar, aliases resolved
 	// shared says why the scalar's text cannot be changed on its own (it is
 	// reached through an alias, carries an anchor, a tag or block style);
 	// "" when it can.
@@ -94,7 +97,7 @@ func (w *walker) object(n *yaml.Node, depth int) {
 			}
 			continue
 		}
-		st := site{doc: w.doc, target: t, group: m.group, image: m.image, shared: shared}
+		st := site{doc: w.doc, target: t, group: m.group, image: m.image, pinFormat: m.pinFormat, shared: shared}
 		if aliased {
 			st.shared = "the container is a YAML alias, so its text is shared"
 		}

@@ -163,7 +163,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 				}
 				anchors[b.group.Name] = ann
 			}
-			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], discovery.PinFormat(b.group.Name, h.format)); ok {
+			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], discovery.PinFormat(b.group, h.format)); ok {
 				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, Index: i, From: c.Image, To: to})
 				break
 			}
