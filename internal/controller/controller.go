@@ -35,7 +35,6 @@ import (
 	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/refresh"
-	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -321,7 +320,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if c.Runner.Config.MaxConcurrentRollouts > 0 {
 		c.track(g.Name, plan)
 	}
-	if _, wrote := plan.Bookkeeping.Set[state.Keys{Prefix: c.Runner.Config.AnnotationPrefix}.SkipStreak()]; wrote {
+	if plan.SkipCounted {
 		c.mu.Lock()
 		c.skipped[g.Name] = time.Now()
 		c.mu.Unlock()
@@ -376,12 +375,10 @@ func (c *Controller) readRolling(ctx context.Context) {
 }
 
 // track keeps whether group has a rollout in flight after its pass (R24):
-// it wrote an attempt and images and returned (NoWait), or its attempt is
-// still rolling within its deadline. When a rollout ends, every queued
-// group is run again to take the free slot.
+// the plan says so (Plan.InFlight) and the executor carried it out. When a
+// rollout ends, every queued group is run again to take the free slot.
 func (c *Controller) track(group string, plan *refresh.Plan) {
-	inFlight := plan.Failed == nil &&
-		((plan.Repin != nil && plan.Repin.Async) || (plan.Repin == nil && plan.Attempts > 0 && !plan.LockedOut && !plan.WaitUntil.IsZero()))
+	inFlight := plan.Failed == nil && plan.InFlight
 	c.mu.Lock()
 	was := c.rolling[group]
 	c.rolling[group] = inFlight

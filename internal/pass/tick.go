@@ -71,9 +71,7 @@ func (r *Runner) RollingGroups(ctx context.Context) map[string]bool {
 // Rolling reports whether an anchor's annotations say that its group has a
 // rollout in flight: an attempt counter set and below maxRefreshAttempts.
 func (r *Runner) Rolling(anchor map[string]string) bool {
-	v, ok := anchor[state.Keys{Prefix: r.Config.AnnotationPrefix}.Attempt()]
-	n, err := state.ParseCounter(v, ok)
-	return err == nil && n > 0 && n < r.Config.MaxRefreshAttempts
+	return refresh.RollingOnAnchor(r.Config.AnnotationPrefix, r.Config.MaxRefreshAttempts, anchor)
 }
 
 // Elsewhere lists the groups of rolling other than group, sorted.

@@ -47,7 +47,19 @@ func Decide(s Settings, obs Observation) *Plan {
 	}
 	d.gate(locked, blocked, notSettled)
 	d.running()
+	d.p.InFlight = d.rolloutInFlight()
 	return d.p
+}
+
+// rolloutInFlight reports whether the plan leaves a rollout in flight
+// (Plan.InFlight, R24): it re-images and returns (NoWait), or it leaves an
+// attempt that is still rolling within its deadline alone.
+func (d *decision) rolloutInFlight() bool {
+	p := d.p
+	if p.Repin != nil {
+		return p.Repin.Async
+	}
+	return p.Attempts > 0 && !p.LockedOut && !p.WaitUntil.IsZero()
 }
 
 func (d *decision) value(key string) (string, bool) {

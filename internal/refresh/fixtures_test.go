@@ -213,6 +213,7 @@ func decide(t *testing.T, s Settings, obs Observation, w want) *Plan {
 		t.Fatal("Decide returned nil")
 	}
 	checkCAS(t, obs.Anchor, p)
+	checkFacts(t, p)
 	check(t, "Bookkeeping.Set", renderWrite(p.Bookkeeping), w.bookkeeping)
 	check(t, "ClearSkip.Set", renderWrite(p.ClearSkip), w.clearSkip)
 	check(t, "Findings", renderFindings(p.Findings), w.findings)
@@ -235,6 +236,18 @@ func decide(t *testing.T, s Settings, obs Observation, w want) *Plan {
 		check(t, "Repin.Unfinished", r.Unfinished, w.repin.unfinished)
 	}
 	return p
+}
+
+// checkFacts checks the plan's facts against the writes and the repin they
+// sum up: SkipCounted is a skip streak the bookkeeping writes (R4);
+// InFlight is an async repin, or an attempt left rolling within its
+// deadline (R24, NoWait).
+func checkFacts(t *testing.T, p *Plan) {
+	t.Helper()
+	_, counts := p.Bookkeeping.Set[k.SkipStreak()]
+	check(t, "SkipCounted", p.SkipCounted, counts)
+	inFlight := (p.Repin != nil && p.Repin.Async) || (p.Repin == nil && p.Attempts > 0 && !p.LockedOut && !p.WaitUntil.IsZero())
+	check(t, "InFlight", p.InFlight, inFlight)
 }
 
 func anyNeedsHuman(findings []string) bool {

@@ -95,6 +95,7 @@ func (d *decision) skipUnsettled(notSettled []string) {
 		n = max(d.p.SkipStreak, 1)
 	} else {
 		d.p.Bookkeeping.set(d.keys.SkipStreak(), ptr(strconv.Itoa(n)), d.ann)
+		d.p.SkipCounted = true
 	}
 	msg := fmt.Sprintf("group %s is not settled (%s); no change this tick (skip %d of %d)", d.obs.Group.Name, strings.Join(notSettled, "; "), n, d.s.MaxSkipTicks)
 	f := Finding{Severity: SeverityNote, Message: msg}

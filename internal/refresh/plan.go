@@ -29,9 +29,18 @@ type Plan struct {
 	Queued     bool
 	Attempts   int
 	SkipStreak int
+	// SkipCounted: the group is not settled and this pass's bookkeeping
+	// grows its skip streak (R4); the controller counts the next skip only
+	// an interval later (Observation.SkipUncounted).
+	SkipCounted bool
 	// WaitUntil, when set, is when the attempt in flight reaches its
 	// deadline (NoWait): the controller runs the group again then.
 	WaitUntil time.Time
+	// InFlight: the group has a rollout in flight once this plan is
+	// carried out (R24, NoWait): it writes an attempt and images and
+	// returns, or its attempt is still rolling within its deadline. It
+	// holds a slot of maxConcurrentRollouts unless the executor failed.
+	InFlight bool
 	// Failed holds what the executor could not do (a write the API server
 	// refused, a rollout that did not settle): the controller returns it to
 	// its workqueue, which backs off.

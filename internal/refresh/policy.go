@@ -242,6 +242,17 @@ func (d *decision) lockOn() {
 	}
 }
 
+// RollingOnAnchor reports whether a group's anchor annotations say it has a
+// rollout in flight (R24), for a group no pass has decided on yet: an
+// attempt counter set and below maxRefreshAttempts (R10). A counter that
+// does not parse counts as not rolling; the group's own pass reports it.
+// Once a group's pass ran, its Plan.InFlight says it.
+func RollingOnAnchor(prefix string, maxAttempts int, anchor map[string]string) bool {
+	v, ok := anchor[state.Keys{Prefix: prefix}.Attempt()]
+	n, err := state.ParseCounter(v, ok)
+	return err == nil && n > 0 && n < maxAttempts
+}
+
 // queued applies R24's maxConcurrentRollouts: a new rollout that moves a
 // target to another digest waits while that many other groups roll out.
 // A revert re-pin restores what ran and is never queued.
