@@ -54,13 +54,14 @@ quarantine (R23). Every lockout message names this command. Fix what kept the ro
 			keys := state.Keys{Prefix: cfg.AnnotationPrefix}
 			expect, set := map[string]*string{}, map[string]*string{}
 			cleared := []string{}
-			keysOf := []string{keys.Attempt(), keys.Holder(), keys.Flap()}
+			var images []string
 			for _, img := range g.Images {
-				// A flapping tag's hold (R21) ends too, and the digests
-				// lockouts locked on leave quarantine (R23).
-				keysOf = append(keysOf, keys.DigestChanges(img.Name), keys.LockedOn(img.Name))
+				images = append(images, img.Name)
 			}
-			for _, k := range keysOf {
+			// The attempt, its holder and the lockout marker; a flapping
+			// tag's hold (R21) ends too, and the digests lockouts locked on
+			// leave quarantine (R23).
+			for _, k := range keys.Rearmed(images) {
 				if v, ok := obj.Annotations[k]; ok {
 					expect[k], set[k] = &v, nil
 					cleared = append(cleared, k)

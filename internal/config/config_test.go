@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -166,7 +167,7 @@ func TestParse_TheSeedPrefixTraceblocIOIsAcceptedAndGivesTheSeedKeys(t *testing.
 	if got.AnnotationPrefix != "tracebloc.io" {
 		t.Errorf("AnnotationPrefix = %q", got.AnnotationPrefix)
 	}
-	keys := AnnotationKeyNames("jobs-manager")
+	keys := state.ImageKeyNames("jobs-manager")
 	for _, want := range []string{"last-refreshed-jobs-manager-digest", "stale-pin-jobs-manager"} {
 		if !strings.Contains(strings.Join(keys, " "), want) {
 			t.Errorf("AnnotationKeyNames lacks the seed key %q: %v", want, keys)

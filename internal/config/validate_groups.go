@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/state"
 )
 
 // tagPattern is the tag grammar of the distribution reference spec.
@@ -46,7 +47,7 @@ func (v *validator) groups(groups []Group, prefix string) {
 			if j, dup := gc.anchors[g.Anchor]; dup {
 				shared = j
 				v.errorf(p+".anchor", "%s is already the anchor of groups[%d]: the groups would share its %s annotations (SPEC State, R10)",
-					g.Anchor, j, strings.Join(GroupAnnotationKeyNames(), ", "))
+					g.Anchor, j, strings.Join(state.GroupKeyNames(), ", "))
 			} else {
 				gc.anchors[g.Anchor] = i
 			}
@@ -90,7 +91,7 @@ func (v *validator) imageName(path, name string, seen map[string]int, prefix str
 	if prefix == "" {
 		return
 	}
-	for _, part := range AnnotationKeyNames(name) {
+	for _, part := range state.ImageKeyNames(name) {
 		// Annotation keys follow the label-key syntax (a "qualified name").
 		if msgs := content.IsLabelKey(prefix + "/" + part); len(msgs) > 0 {
 			v.errorf(path, "image name %q makes the annotation key %q invalid: %s", name, prefix+"/"+part, strings.Join(msgs, "; "))

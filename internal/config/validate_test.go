@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -206,7 +207,7 @@ func TestValidate_AcceptsTheLongestImageNameThatFitsEveryKey(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
-	for _, k := range AnnotationKeyNames(strings.Repeat("a", 38)) {
+	for _, k := range state.ImageKeyNames(strings.Repeat("a", 38)) {
 		if len(k) > 63 {
 			t.Errorf("key name part %q is %d characters", k, len(k))
 		}

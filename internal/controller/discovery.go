@@ -28,6 +28,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/poller"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -361,8 +362,7 @@ func (c *Controller) leading() bool {
 // discoveryChanged is the predicate of the watches as seen by discovery: a
 // change of what makes a workload managed, or of its containers.
 func (c *Controller) discoveryChanged(oldObj, newObj client.Object) bool {
-	keys := discovery.Keys{Prefix: c.Runner.Config.AnnotationPrefix}
-	for _, k := range []string{keys.Enabled(), keys.Group(), keys.IgnoreContainers()} {
+	for _, k := range (state.Keys{Prefix: c.Runner.Config.AnnotationPrefix}).Operator() {
 		if oldObj.GetLabels()[k] != newObj.GetLabels()[k] || oldObj.GetAnnotations()[k] != newObj.GetAnnotations()[k] {
 			return true
 		}

@@ -20,23 +20,27 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-// Keys are the label and annotation keys discovery reads, under prefix P.
+// Keys are the label and annotation keys discovery reads, under prefix P
+// (their names are state's table, ScopeOperator).
 type Keys struct{ Prefix string }
+
+func (k Keys) state() state.Keys { return state.Keys{Prefix: k.Prefix} }
 
 // Enabled is the label that opts a workload or a namespace in: "true".
 // On a workload of a labelled namespace, "false" opts it out again.
-func (k Keys) Enabled() string { return k.Prefix + "/enabled" }
+func (k Keys) Enabled() string { return k.state().Enabled() }
 
 // Group is the label or annotation whose value joins workloads of one
 // namespace into one group.
-func (k Keys) Group() string { return k.Prefix + "/group" }
+func (k Keys) Group() string { return k.state().DiscoveryGroup() }
 
 // IgnoreContainers is the annotation (or label) listing, comma-separated,
 // the containers discovery leaves alone.
-func (k Keys) IgnoreContainers() string { return k.Prefix + "/ignore-containers" }
+func (k Keys) IgnoreContainers() string { return k.state().IgnoreContainers() }
 
 // Input is what Discover reads.
 type Input struct {
@@ -255,7 +259,7 @@ func validImageName(prefix, name string) bool {
 	if len(validation.IsDNS1123Label(name)) > 0 {
 		return false
 	}
-	for _, part := range config.AnnotationKeyNames(name) {
+	for _, part := range state.ImageKeyNames(name) {
 		if len(content.IsLabelKey(prefix+"/"+part)) > 0 {
 			return false
 		}

@@ -121,14 +121,15 @@ func (a Adoption) LetGo(ctx context.Context, w config.Workload) {
 		log.Warn("let go: cannot read the workload to remove its state annotations; remove them by hand", "error", err)
 		return
 	}
-	keys := Keys{Prefix: a.Prefix}
-	if g := obj.Annotations[state.Keys{Prefix: a.Prefix}.DiscoveredGroup()]; g != "" {
+	keys := state.Keys{Prefix: a.Prefix}
+	if g := obj.Annotations[keys.DiscoveredGroup()]; g != "" {
 		log = log.With("group", g)
 	}
+	operator := keys.Operator()
 	expect, set := map[string]*string{}, map[string]*string{}
 	var removed []string
 	for k, v := range obj.Annotations {
-		if !strings.HasPrefix(k, a.Prefix+"/") || k == keys.Group() || k == keys.IgnoreContainers() || k == keys.Enabled() {
+		if !strings.HasPrefix(k, a.Prefix+"/") || slices.Contains(operator, k) {
 			continue
 		}
 		expect[k], set[k] = &v, nil

@@ -1,5 +1,6 @@
 // Package state names the annotations image-refresh keeps on a group's
-// anchor (SPEC "State") and reads their values fail-safe.
+// anchor (SPEC "State"), and the labels discovery reads, in one table; it
+// reads their values fail-safe.
 //
 // With the prefix "tracebloc.io" the keys are exactly those of the seed's
 // shell script, so an installation can switch without losing state.
@@ -7,22 +8,114 @@ package state
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 )
 
+// Scope says where a key of the table lives and what it is kept per.
+type Scope int
+
+const (
+	// ScopeGroup: on the anchor, one per group. The name carries no group
+	// name, which is why two groups may not share an anchor (R10).
+	ScopeGroup Scope = iota + 1
+	// ScopeImage: on the anchor, one per image of the group; "<image>" in
+	// the name stands for the image's name.
+	ScopeImage
+	// ScopeMarker: on the anchor of a group that discovery found (D1).
+	ScopeMarker
+	// ScopeOperator: a label or annotation the operator writes on
+	// workloads and namespaces and discovery reads (D1); image-refresh
+	// never writes or removes it.
+	ScopeOperator
+)
+
+// Key is one entry of the table: the text after "P/", where it lives, and
+// whether `rearm` deletes it.
+type Key struct {
+	Name  string
+	Scope Scope
+	// Rearm: `image-refresh rearm` deletes it (R18; R21's hold and R23's
+	// quarantine end with the lockout).
+	Rearm bool
+}
+
+// key names an entry of the table.
+type key int
+
+const (
+	record key = iota
+	attempt
+	holder
+	flap
+	skipStreak
+	stalePin
+	everPinned
+	readFailures
+	resolveFailures
+	digestChanges
+	firstSeen
+	lockedOn
+	discoveredGroup
+	enabled
+	discoveryGroup
+	ignoreContainers
+)
+
+// table is every key under the prefix, the only list of them: the Keys
+// methods and every list below (config validation, rearm, let-go, the
+// discovery watch) read it. The order is the order of those lists.
+var table = [...]Key{
+	record:           {Name: "last-refreshed-<image>-digest", Scope: ScopeImage},
+	attempt:          {Name: "refresh-attempt", Scope: ScopeGroup, Rearm: true},
+	holder:           {Name: "refresh-attempt-holder", Scope: ScopeGroup, Rearm: true},
+	flap:             {Name: "refresh-flap-detected", Scope: ScopeGroup, Rearm: true},
+	skipStreak:       {Name: "refresh-skip-streak", Scope: ScopeGroup},
+	stalePin:         {Name: "stale-pin-<image>", Scope: ScopeImage},
+	everPinned:       {Name: "ever-pinned-<image>", Scope: ScopeImage},
+	readFailures:     {Name: "live-read-failure-streak-<image>", Scope: ScopeImage},
+	resolveFailures:  {Name: "resolve-failure-streak-<image>", Scope: ScopeImage},
+	digestChanges:    {Name: "digest-changes-<image>", Scope: ScopeImage, Rearm: true},
+	firstSeen:        {Name: "first-seen-<image>", Scope: ScopeImage},
+	lockedOn:         {Name: "locked-on-<image>", Scope: ScopeImage, Rearm: true},
+	discoveredGroup:  {Name: "discovered-group", Scope: ScopeMarker},
+	enabled:          {Name: "enabled", Scope: ScopeOperator},
+	discoveryGroup:   {Name: "group", Scope: ScopeOperator},
+	ignoreContainers: {Name: "ignore-containers", Scope: ScopeOperator},
+}
+
+// Table returns every key under the prefix, in the table's order.
+func Table() []Key { return slices.Clone(table[:]) }
+
+// imagePlaceholder stands for the image's name in a ScopeImage key.
+const imagePlaceholder = "<image>"
+
+// NameFor is the key's name (the text after "P/") for image; image is
+// ignored by a key that is not per image.
+func (k Key) NameFor(image string) string {
+	if k.Scope != ScopeImage {
+		return k.Name
+	}
+	return strings.Replace(k.Name, imagePlaceholder, image, 1)
+}
+
 // Keys builds annotation keys under one prefix.
 type Keys struct{ Prefix string }
 
-func (k Keys) key(name string) string { return k.Prefix + "/" + name }
+func (k Keys) key(id key) string { return k.Prefix + "/" + table[id].Name }
+
+func (k Keys) image(id key, image string) string {
+	return k.Prefix + "/" + table[id].NameFor(image)
+}
 
 // Record holds the digest last confirmed as rolled out for image.
-func (k Keys) Record(image string) string { return k.key("last-refreshed-" + image + "-digest") }
+func (k Keys) Record(image string) string { return k.image(record, image) }
 
 // Attempt counts consecutive re-image attempts not yet confirmed settled (R10).
-func (k Keys) Attempt() string { return k.key("refresh-attempt") }
+func (k Keys) Attempt() string { return k.key(attempt) }
 
 // Holder names the image-refresh process that persisted the current
 // attempt and when: "<instance> <RFC 3339 time>". Another process leaves an
@@ -30,57 +123,115 @@ func (k Keys) Attempt() string { return k.key("refresh-attempt") }
 // rollout, so two instances without leader election never stack attempts
 // or undo each other's rollout (C3). The holder deletes it when its attempt
 // ends either way.
-func (k Keys) Holder() string { return k.key("refresh-attempt-holder") }
+func (k Keys) Holder() string { return k.key(holder) }
 
 // Flap is the lockout marker; its value is the attempt count (R10, R12).
-func (k Keys) Flap() string { return k.key("refresh-flap-detected") }
+func (k Keys) Flap() string { return k.key(flap) }
 
 // SkipStreak counts ticks skipped because the group was not settled (R4).
-func (k Keys) SkipStreak() string { return k.key("refresh-skip-streak") }
+func (k Keys) SkipStreak() string { return k.key(skipStreak) }
 
 // StalePin is the finding that the operator's pin is not the latest (R2).
-func (k Keys) StalePin(image string) string { return k.key("stale-pin-" + image) }
+func (k Keys) StalePin(image string) string { return k.image(stalePin, image) }
 
 // EverPinned marks an image that image-refresh has pinned before (R5).
-func (k Keys) EverPinned(image string) string { return k.key("ever-pinned-" + image) }
+func (k Keys) EverPinned(image string) string { return k.image(everPinned, image) }
 
 // ReadFailures counts ticks whose live-image read of image failed (R7).
-func (k Keys) ReadFailures(image string) string { return k.key("live-read-failure-streak-" + image) }
+func (k Keys) ReadFailures(image string) string { return k.image(readFailures, image) }
 
 // ResolveFailures counts ticks whose registry resolve of image failed (R1).
-func (k Keys) ResolveFailures(image string) string { return k.key("resolve-failure-streak-" + image) }
+func (k Keys) ResolveFailures(image string) string { return k.image(resolveFailures, image) }
 
 // DigestChanges lists when image's digest record last moved to a new
 // digest (R6), as comma-separated RFC 3339 UTC times, oldest first: the
 // budget that bounds a tag flapping between digests (see refresh).
-func (k Keys) DigestChanges(image string) string { return k.key("digest-changes-" + image) }
+func (k Keys) DigestChanges(image string) string { return k.image(digestChanges, image) }
 
 // FirstSeen holds the digest the registry answered for image that is not
 // its record yet, and when image-refresh first saw it: "<digest> <RFC 3339
 // time>". minDigestAge counts from that time (R22), so a restart does not
 // reset it.
-func (k Keys) FirstSeen(image string) string { return k.key("first-seen-" + image) }
+func (k Keys) FirstSeen(image string) string { return k.image(firstSeen, image) }
 
 // LockedOn lists the digests of image that lockouts of its group locked on
 // (R23), comma-separated, newest last, at most MaxLockedOn: such a digest
 // is quarantined (never tried again unless re-armed by hand), and any
 // other digest re-arms the locked group once by itself.
-func (k Keys) LockedOn(image string) string { return k.key("locked-on-" + image) }
+func (k Keys) LockedOn(image string) string { return k.image(lockedOn, image) }
 
 // DiscoveredGroup marks the anchor of a group that discovery found (D1);
 // its value is the group's name. It is what lets a workload go once it is
 // no longer labelled: only a workload that carries it has its state removed
 // (internal/discovery), never the anchor of a configured group, also of
 // another config sharing the prefix.
-func (k Keys) DiscoveredGroup() string { return k.key("discovered-group") }
+func (k Keys) DiscoveredGroup() string { return k.key(discoveredGroup) }
+
+// Enabled is the label that opts a workload or a namespace in to
+// discovery: "true". On a workload of a labelled namespace, "false" opts
+// it out again (D1).
+func (k Keys) Enabled() string { return k.key(enabled) }
+
+// DiscoveryGroup is the label or annotation whose value joins workloads of
+// one namespace into one discovered group (D1).
+func (k Keys) DiscoveryGroup() string { return k.key(discoveryGroup) }
+
+// IgnoreContainers is the annotation (or label) listing, comma-separated,
+// the containers discovery leaves alone (D1).
+func (k Keys) IgnoreContainers() string { return k.key(ignoreContainers) }
+
+// Operator lists the keys of ScopeOperator: what makes a workload
+// discovered, which image-refresh only reads.
+func (k Keys) Operator() []string {
+	var out []string
+	for _, e := range table {
+		if e.Scope == ScopeOperator {
+			out = append(out, k.Prefix+"/"+e.Name)
+		}
+	}
+	return out
+}
+
+// Rearmed lists the keys `rearm` deletes on the anchor of a group with
+// images: the group's, then each image's.
+func (k Keys) Rearmed(images []string) []string {
+	var out []string
+	for _, e := range table {
+		if e.Rearm && e.Scope == ScopeGroup {
+			out = append(out, k.Prefix+"/"+e.Name)
+		}
+	}
+	for _, img := range images {
+		for _, e := range table {
+			if e.Rearm && e.Scope == ScopeImage {
+				out = append(out, k.Prefix+"/"+e.NameFor(img))
+			}
+		}
+	}
+	return out
+}
 
 // ImageKeyNames lists the name parts (after "prefix/") of every per-image
 // key, so that config validation can check they are legal annotation keys.
 func ImageKeyNames(image string) []string {
-	k := Keys{}
 	var names []string
-	for _, full := range []string{k.Record(image), k.StalePin(image), k.EverPinned(image), k.ReadFailures(image), k.ResolveFailures(image), k.DigestChanges(image), k.FirstSeen(image), k.LockedOn(image)} {
-		names = append(names, strings.TrimPrefix(full, "/"))
+	for _, e := range table {
+		if e.Scope == ScopeImage {
+			names = append(names, e.NameFor(image))
+		}
+	}
+	return names
+}
+
+// GroupKeyNames lists the name parts of the per-group keys on the anchor
+// (ScopeGroup): they carry no group name, so config validation rejects two
+// groups on one anchor naming them.
+func GroupKeyNames() []string {
+	var names []string
+	for _, e := range table {
+		if e.Scope == ScopeGroup {
+			names = append(names, e.Name)
+		}
 	}
 	return names
 }

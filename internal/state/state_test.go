@@ -141,3 +141,40 @@ func FuzzParseHolder(f *testing.F) {
 		}
 	})
 }
+
+func TestTable_EveryKeyIsNamedOnce(t *testing.T) {
+	seen := map[string]bool{}
+	for _, e := range Table() {
+		if seen[e.Name] {
+			t.Errorf("key %q twice in the table", e.Name)
+		}
+		seen[e.Name] = true
+		if (e.Scope == ScopeImage) != strings.Contains(e.Name, "<image>") {
+			t.Errorf("key %q: scope %d, want <image> exactly in the per-image keys", e.Name, e.Scope)
+		}
+	}
+}
+
+func TestTable_TheListsAreDerivedFromIt(t *testing.T) {
+	k := Keys{Prefix: "p"}
+	for _, tc := range []struct {
+		name      string
+		got, want []string
+	}{
+		{"per image (config validation)", ImageKeyNames("api"), []string{
+			"last-refreshed-api-digest", "stale-pin-api", "ever-pinned-api", "live-read-failure-streak-api",
+			"resolve-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api"}},
+		{"per group, the holder too (R10, C3)", GroupKeyNames(), []string{
+			"refresh-attempt", "refresh-attempt-holder", "refresh-flap-detected", "refresh-skip-streak"}},
+		{"rearm (R18, R21, R23)", k.Rearmed([]string{"api", "mon"}), []string{
+			k.Attempt(), k.Holder(), k.Flap(), k.DigestChanges("api"), k.LockedOn("api"), k.DigestChanges("mon"), k.LockedOn("mon")}},
+		{"the operator's (D1)", k.Operator(), []string{k.Enabled(), k.DiscoveryGroup(), k.IgnoreContainers()}},
+	} {
+		if strings.Join(tc.got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s: %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+	if got := k.Enabled(); got != "p/enabled" {
+		t.Errorf("Enabled() = %q", got)
+	}
+}
