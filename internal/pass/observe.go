@@ -61,9 +61,10 @@ type Runner struct {
 	mu       sync.Mutex
 	verified map[string]string   // repository:tag → the digest verify last proved
 	indexes  map[string][]string // repository@digest → its platform digests (N1)
-	// countedAsks holds, per group and image, the failed registry ask
-	// whose failure a pass stored toward maxReadFailures (R1).
-	countedAsks map[string]uint64
+	// countedAsks holds, per group, the failed registry asks whose
+	// failures a pass stored toward maxReadFailures (R1): the plans'
+	// CountedAsks, passed back as each next observation's.
+	countedAsks map[string]map[string]uint64
 	// cachedSettings is SettingsFrom(settingsOf, ConfigPath) (settings).
 	cachedSettings refresh.Settings
 	settingsOf     *config.Config
@@ -156,11 +157,6 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		if res.Err == nil && img.PinnedDigest == "" && obs.Anchor != nil && obs.Anchor[keys.Record(img.Name)] != res.Digest {
 			// A digest about to be recorded or pinned is verified first (R1).
 			res = r.verifyLatest(ctx, g, img, latest, res, keychain)
-		}
-		if res.Err != nil && res.Ask != 0 {
-			r.mu.Lock()
-			res.Counted = r.countedAsks[askKey(g.Name, img.Name)] == res.Ask
-			r.mu.Unlock()
 		}
 		obs.Latest[img.Name] = res
 		r.observePlatforms(ctx, img, keys, keychain, &obs)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
-	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -131,6 +131,7 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 		snap.Observation.SkipUncounted = opts.SkipUncounted
 		snap.Observation.Reverted = opts.Reverted
 		snap.Observation.RollingElsewhere = opts.RollingElsewhere
+		snap.Observation.CountedAsks = r.counted(g)
 		return snap, refresh.Decide(settings, snap.Observation)
 	}
 	snap, plan := decide()
@@ -139,39 +140,37 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 	}
 	if !opts.DryRun {
 		r.Execute(ctx, plan, snap)
-		r.countAsks(g, plan, snap)
+		r.countAsks(g, plan)
 	}
 	r.report(ctx, plan, snap, opts.DryRun)
 	return plan
 }
 
-// countAsks remembers each failed registry ask whose failure the pass
-// stored on the anchor, so that the next passes, which read the same
-// cached answer of the poller until it asks again, do not count it again
-// (R1: the streak counts failed asks, not passes).
-func (r *Runner) countAsks(g config.Group, plan *refresh.Plan, snap Snapshot) {
-	if plan.Failed != nil {
+// countAsks remembers the failed registry asks whose failures the pass
+// stored on the anchor (Plan.CountedAsks), so that the next passes, which
+// read the same cached answer of the poller until it asks again, do not
+// count them again (R1: the streak counts failed asks, not passes).
+func (r *Runner) countAsks(g config.Group, plan *refresh.Plan) {
+	if plan.Failed != nil || len(plan.CountedAsks) == 0 {
 		return
 	}
-	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, img := range g.Images {
-		res := snap.Observation.Latest[img.Name]
-		if res.Err == nil || res.Ask == 0 {
-			continue
-		}
-		if _, stored := plan.Bookkeeping.Set[keys.ResolveFailures(img.Name)]; !stored {
-			continue
-		}
-		if r.countedAsks == nil {
-			r.countedAsks = map[string]uint64{}
-		}
-		r.countedAsks[askKey(g.Name, img.Name)] = res.Ask
+	if r.countedAsks == nil {
+		r.countedAsks = map[string]map[string]uint64{}
 	}
+	if r.countedAsks[g.Name] == nil {
+		r.countedAsks[g.Name] = map[string]uint64{}
+	}
+	maps.Copy(r.countedAsks[g.Name], plan.CountedAsks)
 }
 
-func askKey(group, image string) string { return group + "\x00" + image }
+// counted returns a copy of the asks counted for g (Observation.CountedAsks).
+func (r *Runner) counted(g config.Group) map[string]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.countedAsks[g.Name])
+}
 
 // Refresher is a Latest whose answers may be older than the pass that reads
 // them: the controller's poller, which asks once per interval (C2).

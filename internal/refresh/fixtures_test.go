@@ -157,7 +157,10 @@ func resolveErr(image string, err error) obsOpt {
 // countedErr is a failed answer of the controller's poller that an earlier
 // pass already counted (R1).
 func countedErr(image string, err error) obsOpt {
-	return func(o *Observation) { o.Latest[image] = Resolution{Err: err, Ask: 7, Counted: true} }
+	return func(o *Observation) {
+		o.Latest[image] = Resolution{Err: err, Ask: 7}
+		o.CountedAsks = map[string]uint64{image: 7}
+	}
 }
 
 func notSettled(w config.Workload, reason string) obsOpt {
@@ -213,7 +216,7 @@ func decide(t *testing.T, s Settings, obs Observation, w want) *Plan {
 		t.Fatal("Decide returned nil")
 	}
 	checkCAS(t, obs.Anchor, p)
-	checkFacts(t, p)
+	checkFacts(t, obs, p)
 	check(t, "Bookkeeping.Set", renderWrite(p.Bookkeeping), w.bookkeeping)
 	check(t, "ClearSkip.Set", renderWrite(p.ClearSkip), w.clearSkip)
 	check(t, "Findings", renderFindings(p.Findings), w.findings)
@@ -239,13 +242,21 @@ func decide(t *testing.T, s Settings, obs Observation, w want) *Plan {
 }
 
 // checkFacts checks the plan's facts against the writes and the repin they
-// sum up: SkipCounted is a skip streak the bookkeeping writes (R4);
+// sum up: SkipCounted is a skip streak the bookkeeping writes (R4), a
+// counted ask a resolve-failure streak it writes (R1);
 // InFlight is an async repin, or an attempt left rolling within its
 // deadline (R24, NoWait).
-func checkFacts(t *testing.T, p *Plan) {
+func checkFacts(t *testing.T, obs Observation, p *Plan) {
 	t.Helper()
 	_, counts := p.Bookkeeping.Set[k.SkipStreak()]
 	check(t, "SkipCounted", p.SkipCounted, counts)
+	for img, res := range obs.Latest {
+		_, stored := p.Bookkeeping.Set[k.ResolveFailures(img)]
+		want, counts := res.Ask, res.Err != nil && res.Ask != 0 && stored
+		if got, ok := p.CountedAsks[img]; ok != counts || (ok && got != want) {
+			t.Errorf("CountedAsks[%s] = %d (%v), want %d (%v): the failed ask and whether the bookkeeping stores its streak", img, got, ok, want, counts)
+		}
+	}
 	inFlight := (p.Repin != nil && p.Repin.Async) || (p.Repin == nil && p.Attempts > 0 && !p.LockedOut && !p.WaitUntil.IsZero())
 	check(t, "InFlight", p.InFlight, inFlight)
 }

@@ -136,6 +136,13 @@ type Observation struct {
 	// RollingElsewhere names the other groups with a rollout in flight
 	// (R24, maxConcurrentRollouts): the controller's view across groups.
 	RollingElsewhere []string
+	// CountedAsks holds, per image, the failed registry ask
+	// (Resolution.Ask) whose failure an earlier pass of the group already
+	// counted toward maxReadFailures (R1), as the earlier plans said
+	// (Plan.CountedAsks): the controller passes on every watch event, and
+	// the streak counts failed asks of the registry, as a tick's would, not
+	// passes that re-read one cached failure.
+	CountedAsks map[string]uint64
 	// Platforms maps an expected digest that is an image index to its
 	// platform manifests' digests: a pod of a multi-arch pin reports one.
 	Platforms map[string][]string
@@ -173,12 +180,6 @@ type Resolution struct {
 	// poller counts its asks per repository:tag); 0 is an ask of this pass
 	// (a tick's own).
 	Ask uint64
-	// Counted marks a failed answer that an earlier pass of the group
-	// already counted toward maxReadFailures (R1): the controller passes on
-	// every watch event, and the streak counts failed asks of the
-	// registry, as a tick's would, not passes that re-read one cached
-	// failure.
-	Counted bool
 }
 
 // Proof is the answer to "does this other registry hold the digest?" (R3).

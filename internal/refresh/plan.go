@@ -29,6 +29,11 @@ type Plan struct {
 	Queued     bool
 	Attempts   int
 	SkipStreak int
+	// CountedAsks holds, per image, the failed registry ask (Resolution.Ask,
+	// not 0) that this plan's bookkeeping counts toward maxReadFailures
+	// (R1): once it landed, the next passes pass it back as
+	// Observation.CountedAsks.
+	CountedAsks map[string]uint64
 	// SkipCounted: the group is not settled and this pass's bookkeeping
 	// grows its skip streak (R4); the controller counts the next skip only
 	// an interval later (Observation.SkipUncounted).

@@ -21,7 +21,7 @@ func (d *decision) resolve(img config.Image) (latest string, ok bool) {
 		}
 	}
 	if err != nil {
-		n, ceiling := d.resolveFailure(img, res.Counted)
+		n, ceiling := d.resolveFailure(img, res)
 		msg := fmt.Sprintf("resolve %s:%s: %v; image skipped this tick (failure %d of %d)", img.Repository, img.Tag, err, n, d.s.MaxReadFailures)
 		f := Finding{Severity: SeverityWarn, Image: img.Name, Message: msg}
 		if ceiling {
@@ -39,16 +39,24 @@ func (d *decision) resolve(img config.Image) (latest string, ok bool) {
 }
 
 // resolveFailure counts a failed registry answer for img toward
-// maxReadFailures (R1), once per ask: an answer an earlier pass counted
-// (counted) reports the stored streak and writes nothing, unless the
-// streak is not stored (then it is counted now).
-func (d *decision) resolveFailure(img config.Image, counted bool) (n int, atCeiling bool) {
+// maxReadFailures (R1), once per ask: a failed ask an earlier pass counted
+// (Observation.CountedAsks) reports the stored streak and writes nothing,
+// unless the streak is not stored (then it is counted now). The plan
+// names the failed ask it counts (Plan.CountedAsks).
+func (d *decision) resolveFailure(img config.Image, res Resolution) (n int, atCeiling bool) {
 	key := d.keys.ResolveFailures(img.Name)
-	if counted {
+	asked := res.Err != nil && res.Ask != 0
+	if asked && d.obs.CountedAsks[img.Name] == res.Ask {
 		v, ok := d.value(key)
 		if n, err := state.ParseCounter(v, ok); err == nil && n > 0 {
 			return n, n >= d.s.MaxReadFailures
 		}
+	}
+	if asked {
+		if d.p.CountedAsks == nil {
+			d.p.CountedAsks = map[string]uint64{}
+		}
+		d.p.CountedAsks[img.Name] = res.Ask
 	}
 	return d.counter(key)
 }
