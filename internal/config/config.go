@@ -6,10 +6,10 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Defaults of the optional settings.
@@ -31,12 +31,40 @@ const (
 	tickSlack = 2 * time.Minute
 )
 
-// Kind is a workload kind image-refresh can pin; the kinds are those of
-// internal/workload's table.
+// Kind is a workload kind image-refresh can pin: one of KindNames.
 type Kind = string
 
+// The workload kinds image-refresh can pin. They are named here, in the
+// pure package the engine reads, and nowhere else: internal/workload's
+// table has one entry for each, in this order (it refuses to start
+// otherwise), with the kind's API and accessors.
+const (
+	KindDeployment  Kind = "Deployment"
+	KindDaemonSet   Kind = "DaemonSet"
+	KindStatefulSet Kind = "StatefulSet"
+	KindCronJob     Kind = "CronJob"
+)
+
+// kindNames is the order messages list the kinds in.
+var kindNames = []Kind{KindDeployment, KindDaemonSet, KindStatefulSet, KindCronJob}
+
+// KindNames lists the kinds' names: "Deployment", ….
+func KindNames() []string { return slices.Clone(kindNames) }
+
+// SupportedKind reports whether kind is one of KindNames.
+func SupportedKind(kind string) bool { return slices.Contains(kindNames, kind) }
+
 // Workload names one workload object.
-type Workload = workload.Ref
+type Workload struct {
+	Kind      Kind   `yaml:"kind"`
+	Namespace string `yaml:"namespace"`
+	Name      string `yaml:"name"`
+}
+
+// String gives "Deployment tb/api", the form used in logs and errors.
+func (w Workload) String() string {
+	return fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name)
+}
 
 // Target is one container of one workload that runs an image.
 type Target struct {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/state"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // exampleConfig is what testdata/example.yaml must parse to.
@@ -35,14 +34,14 @@ func exampleConfig() *Config {
 		},
 		Groups: []Group{{
 			Name:   "control-plane",
-			Anchor: Workload{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-jobs-manager"},
+			Anchor: Workload{Kind: KindDeployment, Namespace: "tb", Name: "tb-jobs-manager"},
 			Images: []Image{{
 				Name:       "jobs-manager",
 				Repository: "docker.io/tracebloc/jobs-manager",
 				Tag:        "prod",
 				Targets: []Target{
-					{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-jobs-manager", Container: "api"},
-					{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-requests-proxy", Container: "proxy"},
+					{Kind: KindDeployment, Namespace: "tb", Name: "tb-jobs-manager", Container: "api"},
+					{Kind: KindDeployment, Namespace: "tb", Name: "tb-requests-proxy", Container: "proxy"},
 				},
 			}},
 		}},
@@ -55,19 +54,19 @@ func validConfig(mods ...func(*Config)) *Config {
 	c := Defaults()
 	c.Groups = []Group{{
 		Name:   "control-plane",
-		Anchor: Workload{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-jobs-manager"},
+		Anchor: Workload{Kind: KindDeployment, Namespace: "tb", Name: "tb-jobs-manager"},
 		Images: []Image{
 			{
 				Name: "jobs-manager", Repository: "docker.io/tracebloc/jobs-manager", Tag: "prod",
 				Targets: []Target{
-					{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-jobs-manager", Container: "api"},
-					{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-requests-proxy", Container: "proxy"},
+					{Kind: KindDeployment, Namespace: "tb", Name: "tb-jobs-manager", Container: "api"},
+					{Kind: KindDeployment, Namespace: "tb", Name: "tb-requests-proxy", Container: "proxy"},
 				},
 			},
 			{
 				Name: "resource-monitor", Repository: "docker.io/tracebloc/resource-monitor", Tag: "prod",
 				Targets: []Target{
-					{Kind: workload.KindDaemonSet, Namespace: "tb", Name: "tb-resource-monitor", Container: "monitor"},
+					{Kind: KindDaemonSet, Namespace: "tb", Name: "tb-resource-monitor", Container: "monitor"},
 				},
 			},
 		},
@@ -142,9 +141,9 @@ groups:
 	want := Defaults()
 	want.Groups = []Group{{
 		Name:   "g",
-		Anchor: Workload{Kind: workload.KindStatefulSet, Namespace: "ns", Name: "db"},
+		Anchor: Workload{Kind: KindStatefulSet, Namespace: "ns", Name: "db"},
 		Images: []Image{{Name: "db", Repository: "acme/db", Tag: "1.0", Targets: []Target{
-			{Kind: workload.KindStatefulSet, Namespace: "ns", Name: "db", Container: "db"},
+			{Kind: KindStatefulSet, Namespace: "ns", Name: "db", Container: "db"},
 		}}},
 	}}
 	if !reflect.DeepEqual(got, want) {
@@ -269,9 +268,9 @@ func TestLoad_AMissingFileIsAnError(t *testing.T) {
 func TestGroup_WorkloadsListsTheAnchorThenEachTargetWorkloadOnce(t *testing.T) {
 	g := validConfig().Groups[0]
 	want := []Workload{
-		{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-jobs-manager"},
-		{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-requests-proxy"},
-		{Kind: workload.KindDaemonSet, Namespace: "tb", Name: "tb-resource-monitor"},
+		{Kind: KindDeployment, Namespace: "tb", Name: "tb-jobs-manager"},
+		{Kind: KindDeployment, Namespace: "tb", Name: "tb-requests-proxy"},
+		{Kind: KindDaemonSet, Namespace: "tb", Name: "tb-resource-monitor"},
 	}
 	if got := g.Workloads(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Workloads = %v, want %v", got, want)
@@ -316,7 +315,7 @@ func TestConfig_EffectiveTickTimeoutIsDerivedFromTheTargetWorkloadsWhenZero(t *t
 }
 
 func TestStrings_NameWorkloadsAndTargetsForMessages(t *testing.T) {
-	tg := Target{Kind: workload.KindDeployment, Namespace: "tb", Name: "tb-jobs-manager", Container: "api"}
+	tg := Target{Kind: KindDeployment, Namespace: "tb", Name: "tb-jobs-manager", Container: "api"}
 	if got := tg.Workload().String(); got != "Deployment tb/tb-jobs-manager" {
 		t.Errorf("Workload.String = %q", got)
 	}

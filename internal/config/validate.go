@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Validate reports every problem in c, joined with errors.Join; each one is
@@ -114,8 +113,8 @@ func (v *validator) kind(path string, k Kind) bool {
 		v.errorf(path, "missing")
 		return false
 	}
-	if _, ok := workload.LookupKind(k); !ok {
-		v.errorf(path, "kind %q is not supported (want one of %s)", k, strings.Join(workload.KindNames(), ", "))
+	if !SupportedKind(k) {
+		v.errorf(path, "kind %q is not supported (want one of %s)", k, strings.Join(KindNames(), ", "))
 		return false
 	}
 	return true

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/state"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // digest is a valid sha256 digest for fixtures.
@@ -193,10 +192,10 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 func otherGroup(name string) Group {
 	return Group{
 		Name:   name,
-		Anchor: Workload{Kind: workload.KindStatefulSet, Namespace: "other", Name: "db"},
+		Anchor: Workload{Kind: KindStatefulSet, Namespace: "other", Name: "db"},
 		Images: []Image{{
 			Name: "db", Repository: "ghcr.io/acme/db", Tag: "16", PinnedDigest: digest,
-			Targets: []Target{{Kind: workload.KindStatefulSet, Namespace: "other", Name: "db", Container: "db"}},
+			Targets: []Target{{Kind: KindStatefulSet, Namespace: "other", Name: "db", Container: "db"}},
 		}},
 	}
 }

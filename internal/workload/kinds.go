@@ -13,20 +13,23 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
-// The workload kinds image-refresh manages.
+// The workload kinds image-refresh manages, as config names them.
 const (
-	KindDeployment  = "Deployment"
-	KindDaemonSet   = "DaemonSet"
-	KindStatefulSet = "StatefulSet"
-	KindCronJob     = "CronJob"
+	KindDeployment  = config.KindDeployment
+	KindDaemonSet   = config.KindDaemonSet
+	KindStatefulSet = config.KindStatefulSet
+	KindCronJob     = config.KindCronJob
 )
 
 // Kind is everything image-refresh knows about one workload kind. The table
-// below is the only list of kinds: config validation, the reads and writes
-// here, the controller's watches, the webhook and the post-renderer all ask
-// it, so a kind is added by adding its entry (and its settledness rule).
+// below has one entry per kind config names (config.KindNames, which config
+// validation asks): the reads and writes here, the controller's watches,
+// the webhook and the post-renderer all ask it, so a kind is added by
+// naming it in config and adding its entry (and its settledness rule).
 type Kind struct {
 	Name     string // "Deployment"
 	Group    string // API group: "apps", "batch"
@@ -88,7 +91,7 @@ func kind[T client.Object](name, group, resource string, path []string, newObjec
 var templatePath = []string{"spec", "template", "spec"}
 
 // kinds is the table, in the order messages list them.
-var kinds = []*Kind{
+var kinds = table(
 	kind(KindDeployment, "apps", "deployments", templatePath,
 		func() *appsv1.Deployment { return &appsv1.Deployment{} },
 		func(k kubernetes.Interface, ns string) typed[*appsv1.Deployment] { return k.AppsV1().Deployments(ns) },
@@ -111,6 +114,29 @@ var kinds = []*Kind{
 		// A CronJob's pods belong to its Jobs, which come and go: no
 		// long-running pods to check (N1).
 		func(*batchv1.CronJob) *metav1.LabelSelector { return nil }, CronJobSettled).withoutPods(),
+)
+
+// table orders the entries as config.KindNames. A kind config names with
+// no entry, or an entry config does not name, is a programming error that
+// every binary and test of this package fails on at once.
+func table(entries ...*Kind) []*Kind {
+	byName := map[string]*Kind{}
+	for _, k := range entries {
+		byName[k.Name] = k
+	}
+	names := config.KindNames()
+	if len(names) != len(entries) || len(byName) != len(entries) {
+		panic(fmt.Sprintf("workload kinds: the table has %d entries, config names %d kinds (%s)", len(entries), len(names), strings.Join(names, ", ")))
+	}
+	out := make([]*Kind, 0, len(names))
+	for _, n := range names {
+		k, ok := byName[n]
+		if !ok {
+			panic(fmt.Sprintf("workload kinds: config names %s, the table has no entry for it", n))
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 func (k *Kind) withoutPods() *Kind { k.Pods = false; return k }
@@ -119,13 +145,7 @@ func (k *Kind) withoutPods() *Kind { k.Pods = false; return k }
 func Kinds() []*Kind { return kinds }
 
 // KindNames lists the supported kinds' names: "Deployment", ….
-func KindNames() []string {
-	out := make([]string, len(kinds))
-	for i, k := range kinds {
-		out[i] = k.Name
-	}
-	return out
-}
+func KindNames() []string { return config.KindNames() }
 
 // LookupKind returns the entry of a kind name.
 func LookupKind(name string) (*Kind, bool) {

@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// Ref names one workload. The config's groups name their anchors and
-// targets' workloads with it (config.Workload is this type).
+// Ref names one workload for the client. The config's groups name theirs
+// with config.Workload, which converts to it: workload.Ref(w).
 type Ref struct {
 	Kind      string `yaml:"kind"`
 	Namespace string `yaml:"namespace"`

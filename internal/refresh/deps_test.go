@@ -1,0 +1,42 @@
+package refresh
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// configNameChecks are the only k8s.io packages the engine may reach: the
+// DNS-1123 and annotation-key checks of config validation (and what they
+// import). Everything else of k8s.io (client-go, the API types) stays out.
+var configNameChecks = []string{"k8s.io/apimachinery/pkg/util/validation", "k8s.io/apimachinery/pkg/api/validate/content"}
+
+// The engine decides and talks to nothing (STYLE, "The shape we want"): it
+// reaches no client of the cluster, not even through config.
+func TestRefresh_ImportsNoKubernetesClient(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the imports with")
+	}
+	list := func(pkgs ...string) []string {
+		t.Helper()
+		out, err := exec.Command(goTool, append([]string{"list", "-deps"}, pkgs...)...).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", strings.Join(pkgs, " "), err)
+		}
+		return strings.Fields(string(out))
+	}
+	allowed := map[string]bool{}
+	for _, p := range list(configNameChecks...) {
+		allowed[p] = true
+	}
+	deps := list(".")
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps . listed %d packages: %q", len(deps), deps)
+	}
+	for _, p := range deps {
+		if (strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "sigs.k8s.io/")) && !allowed[p] {
+			t.Errorf("internal/refresh imports %s", p)
+		}
+	}
+}
