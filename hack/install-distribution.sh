@@ -28,31 +28,8 @@ if [[ $(id -u) -ne 0 ]]; then
   sudo=(sudo)
 fi
 
-# Keep maintainer scripts from starting the service while installing
-# (invoke-rc.d honours policy-rc.d; exit 101 = action forbidden). An existing
-# policy-rc.d is put back afterwards.
-policy=/usr/sbin/policy-rc.d
-saved=""
-if [[ -e "$policy" ]]; then
-  saved=$(mktemp)
-  "${sudo[@]}" cp -p "$policy" "$saved"
-fi
-restore_policy() {
-  if [[ -n "$saved" ]]; then
-    "${sudo[@]}" cp -p "$saved" "$policy"
-    rm -f "$saved"
-  else
-    "${sudo[@]}" rm -f "$policy"
-  fi
-}
-trap restore_policy EXIT
-printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
-"${sudo[@]}" chmod 755 "$policy"
-
-log "installing docker-registry (CNCF Distribution) with apt-get"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq >&2
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends docker-registry >&2
+# The package's service is kept from starting while it installs.
+"$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" docker-registry
 
 # Belt and braces: if a service manager started it anyway, stop and disable it.
 if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then

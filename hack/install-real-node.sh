@@ -24,37 +24,12 @@ done
 [[ ${#need[@]} -eq 0 ]] && exit 0
 mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
 
-command -v apt-get >/dev/null || die "missing Debian packages ${need[*]} and apt-get is not available: install them by hand"
 sudo=()
 if [[ $(id -u) -ne 0 ]]; then
   command -v sudo >/dev/null || die "missing ${need[*]}; run this script as root"
   sudo=(sudo)
 fi
-
-# Keep maintainer scripts from starting containerd's service (invoke-rc.d
-# honours policy-rc.d; 101 = action forbidden); an existing policy is kept.
-policy=/usr/sbin/policy-rc.d
-saved=""
-if [[ -e "$policy" ]]; then
-  saved=$(mktemp)
-  "${sudo[@]}" cp -p "$policy" "$saved"
-fi
-restore_policy() {
-  if [[ -n "$saved" ]]; then
-    "${sudo[@]}" cp -p "$saved" "$policy"
-    rm -f "$saved"
-  else
-    "${sudo[@]}" rm -f "$policy"
-  fi
-}
-trap restore_policy EXIT
-printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
-"${sudo[@]}" chmod 755 "$policy"
-
-log "installing ${need[*]} with apt-get"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq >&2
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+"$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${need[@]}"
 if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
   "${sudo[@]}" systemctl disable --now containerd.service >/dev/null 2>&1 || true
 fi
