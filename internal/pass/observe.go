@@ -60,6 +60,7 @@ type Runner struct {
 
 	mu       sync.Mutex
 	verified map[string]string   // repository:tag → the digest verify last proved
+	mirrored map[string]bool     // repository@digest the mirror proved it holds (R3)
 	indexes  map[string][]string // repository@digest → its platform digests (N1)
 	// countedAsks holds, per group, the failed registry asks whose
 	// failures a pass stored toward maxReadFailures (R1): the plans'
@@ -169,8 +170,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 				continue
 			}
 			if repo, need := refresh.NeedsMirrorProof(img, c.Image); need {
-				has, err := r.Resolver.Has(ctx, repo, res.Digest, keychain())
-				obs.MirrorProof[t] = refresh.Proof{Has: has, Err: err}
+				obs.MirrorProof[t] = r.mirrorProof(ctx, repo, res.Digest, keychain)
 			}
 		}
 	}
@@ -263,6 +263,32 @@ func (r *Runner) platforms(ctx context.Context, repo, digest string, kc func() a
 	r.indexes[key] = got
 	r.mu.Unlock()
 	return got, nil
+}
+
+// mirrorProof asks the mirror repo whether it holds digest (R3), once per
+// repository and digest per process: a digest names immutable content, so
+// a mirror that served it once still holds it, and a steady state on a
+// mirror makes no registry request for it. Only a proof is kept: a "not
+// there" (the mirror may sync it later) and a failed ask are asked again
+// on the next pass.
+func (r *Runner) mirrorProof(ctx context.Context, repo, digest string, kc func() authn.Keychain) refresh.Proof {
+	key := repo + "@" + digest
+	r.mu.Lock()
+	proven := r.mirrored[key]
+	r.mu.Unlock()
+	if proven {
+		return refresh.Proof{Has: true}
+	}
+	has, err := r.Resolver.Has(ctx, repo, digest, kc())
+	if has && err == nil {
+		r.mu.Lock()
+		if r.mirrored == nil {
+			r.mirrored = map[string]bool{}
+		}
+		r.mirrored[key] = true
+		r.mu.Unlock()
+	}
+	return refresh.Proof{Has: has, Err: err}
 }
 
 // verifyLatest verifies res, the answer latest gave for img (R1). An answer
