@@ -572,6 +572,11 @@ func testInstallDiscoveryDefaults(t *testing.T, w *world) {
 		{"watch", "batch", "cronjobs", "", "", true},
 		{"watch", "", "pods", "", "", true},
 		{"get", "", "pods", w.ns, "", false}, // list and watch only (N1)
+		// The ServiceAccounts' imagePullSecrets, from the informer cache
+		// (R20, C6): list and watch only.
+		{"watch", "", "serviceaccounts", "", "", true},
+		{"list", "", "serviceaccounts", w.ns, "", true},
+		{"get", "", "serviceaccounts", w.ns, "default", false},
 		{"delete", "apps", "deployments", w.ns, "api", false},
 		{"update", "apps", "deployments", w.ns, "api", false},
 		{"list", "", "secrets", w.ns, "", false},

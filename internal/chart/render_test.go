@@ -486,6 +486,77 @@ func TestChart_RBACFollowsConfig(t *testing.T) {
 	}
 }
 
+// TestChart_D1_RBACLetsTheControllerWatchServiceAccountsWhereItReadsThem:
+// with discovery on, the controller reads every image's pods'
+// ServiceAccounts from an informer cache (R20, C6), which needs list and
+// watch where it reads: the Role of each watched namespace (the
+// ClusterRole when discovery is cluster-wide) and, with
+// discovery.watchNamespaces, the Role of each configured namespace. A tick
+// reads them with a get, in the discovery rules only; discovery off
+// grants nothing on ServiceAccounts.
+func TestChart_D1_RBACLetsTheControllerWatchServiceAccountsWhereItReadsThem(t *testing.T) {
+	h := newHelm(t)
+	config := map[string]any{"groups": []any{map[string]any{
+		"name":   "web",
+		"anchor": map[string]any{"kind": "Deployment", "namespace": "state", "name": "holder"},
+		"images": []any{map[string]any{"name": "api", "repository": "registry.example.com/acme/api", "tag": "prod",
+			"targets": []any{map[string]any{"kind": "Deployment", "namespace": "apps", "name": "api", "container": "api"}}}},
+	}}}
+	verbs := func(rules []rbacv1.PolicyRule) []string {
+		for _, r := range rules {
+			if slices.Equal(r.Resources, []string{"serviceaccounts"}) {
+				return r.Verbs
+			}
+		}
+		return nil
+	}
+	name := release + "-image-refresh"
+	for _, tc := range []struct {
+		mode      string
+		discovery map[string]any
+		// want: the serviceaccounts verbs of each Role, by namespace and
+		// name ("" for none); cluster: those of the discovery ClusterRole.
+		want    map[string]map[string]string
+		cluster string
+	}{
+		{"controller", map[string]any{"watchNamespaces": []string{"shop"}},
+			map[string]map[string]string{"shop": {name + "-discovery": "list,watch"}, "state": {name: "list,watch"}, "apps": {name: "list,watch"}}, ""},
+		{"controller", map[string]any{"enabled": true},
+			map[string]map[string]string{"state": {name: ""}, "apps": {name: ""}}, "list,watch"},
+		{"cronjob", map[string]any{"watchNamespaces": []string{"shop"}},
+			map[string]map[string]string{"shop": {name + "-discovery": "get"}, "state": {name: ""}, "apps": {name: ""}}, ""},
+		{"controller", map[string]any{"enabled": false},
+			map[string]map[string]string{"state": {name: ""}, "apps": {name: ""}}, ""},
+	} {
+		m := h.template(valuesFile(t, map[string]any{
+			"mode": tc.mode, "discovery": tc.discovery, "config": config,
+			"image": map[string]any{"repository": "registry.example.com/ops/image-refresh"},
+		}))
+		roles := rolesByNamespace(m)
+		for ns, byName := range tc.want {
+			for role, want := range byName {
+				rules, ok := roles[ns][role]
+				if !ok {
+					t.Errorf("%s, discovery %v: no Role %s/%s", tc.mode, tc.discovery, ns, role)
+					continue
+				}
+				if got := strings.Join(verbs(rules), ","); got != want {
+					t.Errorf("%s, discovery %v: Role %s/%s grants %q on serviceaccounts, want %q", tc.mode, tc.discovery, ns, role, got, want)
+				}
+			}
+		}
+		got := ""
+		for _, cr := range all[*rbacv1.ClusterRole](m) {
+			if cr.Name == name+"-discovery" {
+				got = strings.Join(verbs(cr.Rules), ",")
+			}
+		}
+		if got != tc.cluster {
+			t.Errorf("%s, discovery %v: the discovery ClusterRole grants %q on serviceaccounts, want %q", tc.mode, tc.discovery, got, tc.cluster)
+		}
+	}
+}
+
 func TestChart_SchemaRejectsBadValues(t *testing.T) {
 	h := newHelm(t)
 	group := func(field string, value any) map[string]any {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httputil"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -506,6 +509,65 @@ func TestTick_D1_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecrets(t 
 	}
 	if got := e.annotations("api")[e.key("last-refreshed-api-digest")]; got != digest {
 		t.Errorf("recorded %q with the ServiceAccount's pull secret, want %s", got, digest)
+	}
+}
+
+// TestRun_D1_C6_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecretsFromTheCache:
+// `run` resolves a discovered workload with its pods' ServiceAccount's
+// imagePullSecrets as tick does, but reads the ServiceAccount from its
+// informer cache (a list and a watch), never with a GET: a steady state
+// makes no API request for it (C6).
+func TestRun_D1_C6_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecretsFromTheCache(t *testing.T) {
+	e := discoveryEnv(t)
+	const user, pass = "puller", "s3cret-for-the-service-account"
+	e.reg = testregistry.Start(t, testregistry.WithBasicAuth(user, pass))
+	digest := e.push("api", "prod")
+	e.dockerConfigSecret("regcred", e.reg.Host(), user, pass, false)
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", e.repo("api")+":prod"))
+	e.settle("Deployment", "api")
+	ctx := context.Background()
+	sas := e.c.Client.CoreV1().ServiceAccounts(e.ns)
+	eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() bool {
+		_, err := sas.Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+	if _, err := sas.Patch(ctx, "default", types.MergePatchType, []byte(`{"imagePullSecrets":[{"name":"regcred"}]}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reads []string // the controller's requests for ServiceAccounts
+	_, kubeconfig := e.startAPIProxy("kubeconfig-sa", make(chan struct{}), func(w http.ResponseWriter, r *http.Request, rp *httputil.ReverseProxy) {
+		if strings.Contains(r.URL.Path, "/serviceaccounts") {
+			mu.Lock()
+			reads = append(reads, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+			mu.Unlock()
+		}
+		rp.ServeHTTP(w, r)
+	})
+	ctl := e.startRun(e.settings(), "--kubeconfig", kubeconfig, "--poll-interval", "1s", "--watch-namespaces", e.ns)
+	ctl.waitReady(t)
+	e.enable("Deployment", "api")
+	eventually(t, 30*time.Second, "recorded with the ServiceAccount's pull secret", func() bool {
+		return e.annotations("api")[e.key("last-refreshed-api-digest")] == digest
+	})
+	// A few more polls, each of which rebuilds the keychain (its TTL is the
+	// poll interval) and so reads the ServiceAccount again.
+	from := e.reg.Count("HEAD", "/v2/acme/api/manifests/prod")
+	eventually(t, 30*time.Second, "three more polls", func() bool {
+		return e.reg.Count("HEAD", "/v2/acme/api/manifests/prod") >= from+3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reads) == 0 {
+		t.Fatal("the controller read no ServiceAccount through the proxy: the check below would prove nothing")
+	}
+	for _, r := range reads {
+		if strings.HasPrefix(r, "GET ") && strings.Contains(r, "/serviceaccounts/") {
+			t.Errorf("the controller read a ServiceAccount with a GET, not from its cache: %s (all: %v)", r, reads)
+		}
+	}
+	if logs := ctl.Logs(); strings.Contains(logs, pass) {
+		t.Errorf("the password is in the controller's logs:\n%s", logs)
 	}
 }
 

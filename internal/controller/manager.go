@@ -22,6 +22,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
+	"github.com/image-refresh/image-refresh/internal/registry"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -103,6 +104,9 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 		}
 	}
 	r.Workloads.SetCache(reader)
+	// The ServiceAccounts' imagePullSecrets too (D1, R20): a steady state
+	// makes no API request for them (C6).
+	r.ServiceAccountSource = registry.ServiceAccountsFromCache(mgr.GetCache(), r.Config.APITimeout)
 	r.Events = workload.Aggregating{Sink: mgr.GetEventRecorder(workload.Component)}
 	r.KeychainTTL = o.PollInterval
 	workers := max(o.Workers, 1)
@@ -149,8 +153,30 @@ func cacheScope(cfg *config.Config, d *Discovery) (map[string]cache.Config, map[
 	}
 	if d != nil {
 		addDiscoveryCache(byObject, namespaces, cfg.AnnotationPrefix, d)
+		byObject[&corev1.ServiceAccount{}] = serviceAccountCache(namespaces, d)
 	}
 	return namespaces, byObject
+}
+
+// serviceAccountCache is where `run` with discovery reads the
+// ServiceAccounts of every image's pods from (their imagePullSecrets, D1,
+// R20): the namespaces discovery watches and the configured ones, as the
+// chart's RBAC grants list and watch there; every namespace when
+// discovery is cluster-wide. Only what the pull secrets need is kept
+// (registry.StripServiceAccount). The informer starts with the first read.
+func serviceAccountCache(configured map[string]cache.Config, d *Discovery) cache.ByObject {
+	nss := map[string]cache.Config{}
+	if len(d.Namespaces) == 0 {
+		nss[cache.AllNamespaces] = cache.Config{}
+	} else {
+		for _, ns := range d.Namespaces {
+			nss[ns] = cache.Config{}
+		}
+		for ns := range configured {
+			nss[ns] = cache.Config{}
+		}
+	}
+	return cache.ByObject{Namespaces: nss, Transform: registry.StripServiceAccount}
 }
 
 // managerOptions are the controller-runtime options of `run`: the cache

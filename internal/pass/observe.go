@@ -49,13 +49,18 @@ type Runner struct {
 	// of its pods' ServiceAccounts too, as the kubelet pulls (`run` with
 	// discovery sets it; a discovered group's images always do, D1).
 	ServiceAccounts bool
+	// ServiceAccountSource is where the ServiceAccounts' imagePullSecrets
+	// are read: the API for tick and status (NewRunner), the informer
+	// cache for `run` (controller.NewManager), so that its steady state
+	// makes no API request for them (C6).
+	ServiceAccountSource registry.ServiceAccountSource
 	// KeychainTTL bounds how long the pull secrets read for an image are
 	// reused, so that a rotated secret is picked up (the controller sets
 	// its poll interval); 0 means the registry package's default.
 	KeychainTTL time.Duration
 
 	// pullSecrets keeps, per image, the keychain of the last read
-	// (KeychainFor) and the ServiceAccounts' imagePullSecrets.
+	// (KeychainFor).
 	pullSecrets registry.PullSecrets
 
 	mu       sync.Mutex
@@ -372,7 +377,7 @@ func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config
 		}
 		pods = append(pods, registry.PodAuth{Namespace: t.Namespace, PullSecrets: obj.PullSecrets, ServiceAccount: obj.ServiceAccount})
 	}
-	src := registry.SecretSource{Kube: r.Kube, APITimeout: r.Config.APITimeout, Log: r.Log}
+	src := registry.SecretSource{Kube: r.Kube, ServiceAccounts: r.ServiceAccountSource, Log: r.Log}
 	return r.pullSecrets.Keychain(ctx, src, img.Name, keychainKey(img), pods, serviceAccounts)
 }
 

@@ -47,8 +47,9 @@ func (e *RegistriesError) Unwrap() error { return e.Err }
 
 // NewRunner builds the Runner of every front end that talks to the cluster
 // (tick, status, rearm, run, and the benchmarks): an API client on a copy of
-// rc with the user agent and APIQPS/APIBurst, and a registry resolver of the
-// config's registries that reports to the metrics.
+// rc with the user agent and APIQPS/APIBurst, a registry resolver of the
+// config's registries that reports to the metrics, and the ServiceAccounts
+// read from the API (`run` reads them from its cache instead).
 func NewRunner(rc *rest.Config, cfg *config.Config, o RunnerOptions) (*Runner, error) {
 	rc = rest.CopyConfig(rc)
 	rc.UserAgent = o.UserAgent
@@ -74,6 +75,7 @@ func NewRunner(rc *rest.Config, cfg *config.Config, o RunnerOptions) (*Runner, e
 	return &Runner{
 		Config: cfg, ConfigPath: o.ConfigPath, Kube: kube,
 		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: o.Metrics, Log: o.Log,
-		Instance: InstanceName(), Now: o.Now,
+		ServiceAccountSource: registry.ServiceAccountsFromAPI(kube, cfg.APITimeout),
+		Instance:             InstanceName(), Now: o.Now,
 	}, nil
 }

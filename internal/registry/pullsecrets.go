@@ -9,13 +9,16 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // defaultKeychainTTL bounds how long a pull-secret keychain is reused when
-// no TTL is given, and how long a ServiceAccount's imagePullSecrets are.
+// no TTL is given, and how long a ServiceAccount's imagePullSecrets read
+// from the API are (ServiceAccountsFromAPI).
 const defaultKeychainTTL = 10 * time.Minute
 
 // PodAuth is where the pods of one target take their pull secrets from, as
@@ -28,36 +31,27 @@ type PodAuth struct {
 	ServiceAccount string
 }
 
-// SecretSource is what PullSecrets reads through: the API, each
-// ServiceAccount read bounded by APITimeout (R14), and the logger its WARNs
-// go to.
+// SecretSource is what PullSecrets reads through: the API for the pull
+// secrets, the ServiceAccounts for their imagePullSecrets, and the logger
+// its WARNs go to.
 type SecretSource struct {
-	Kube       kubernetes.Interface
-	APITimeout time.Duration
-	Log        *slog.Logger
+	Kube            kubernetes.Interface
+	ServiceAccounts ServiceAccountSource
+	Log             *slog.Logger
 }
 
 // PullSecrets builds the registry auth of an image from the pull secrets of
-// the pods that run it, and keeps what it read: the keychain last built for
-// each image (Cached), and each ServiceAccount's imagePullSecrets for
-// defaultKeychainTTL. The secrets stay in memory; nothing about them is
-// logged (R20). The zero value is ready to use.
+// the pods that run it, and keeps the keychain last built for each image
+// (Cached). The secrets stay in memory; nothing about them is logged
+// (R20). The zero value is ready to use.
 type PullSecrets struct {
 	mu        sync.Mutex
 	keychains map[string]cachedKeychain // by the caller's key for an image
-	// serviceAccounts holds the imagePullSecrets names of the
-	// ServiceAccounts read, by namespace/name.
-	serviceAccounts map[string]cachedNames
 }
 
 type cachedKeychain struct {
 	kc authn.Keychain
 	at time.Time
-}
-
-type cachedNames struct {
-	names []string
-	at    time.Time
 }
 
 // Cached returns the keychain Keychain last built for key, if it is younger
@@ -135,41 +129,124 @@ func (p *PullSecrets) Keychain(ctx context.Context, src SecretSource, image, key
 }
 
 // serviceAccountPullSecrets returns the imagePullSecrets of a pod
-// template's ServiceAccount ("default" when it names none), read at most
-// once per defaultKeychainTTL per ServiceAccount, so that a steady state
-// makes no API request for them (C6 issue). A read that fails is a WARN and
-// resolves without them, as a missing secret does.
+// template's ServiceAccount ("default" when it names none), read through
+// src.ServiceAccounts. A read that fails is a WARN and resolves without
+// them, as a missing secret does.
 func (p *PullSecrets) serviceAccountPullSecrets(ctx context.Context, src SecretSource, image, namespace, name string) []string {
 	if name == "" {
 		name = "default"
 	}
-	key := namespace + "/" + name
-	p.mu.Lock()
-	cached, ok := p.serviceAccounts[key]
-	p.mu.Unlock()
-	if ok && time.Since(cached.at) < defaultKeychainTTL {
-		return cached.names
-	}
-	callCtx, cancel := context.WithTimeout(ctx, src.APITimeout)
-	defer cancel()
-	sa, err := src.Kube.CoreV1().ServiceAccounts(namespace).Get(callCtx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil // no ServiceAccount, no pull secrets of its (the pods cannot start either)
-	}
+	names, err := src.ServiceAccounts.ImagePullSecrets(ctx, namespace, name)
 	if err != nil {
 		src.Log.Warn("cannot read the ServiceAccount of a target's pods for its imagePullSecrets; resolving without them",
 			"image", image, "namespace", namespace, "serviceAccount", name, "error", err)
 		return nil
 	}
+	return names
+}
+
+// ServiceAccountSource reads the imagePullSecrets names of a ServiceAccount:
+// none, and no error, when it does not exist (its pods cannot start
+// either). tick and status read the API (ServiceAccountsFromAPI); `run`
+// reads its informer cache (ServiceAccountsFromCache), as the kubelet's
+// view of them need not be fresher than a watch.
+type ServiceAccountSource interface {
+	ImagePullSecrets(ctx context.Context, namespace, name string) ([]string, error)
+}
+
+// ServiceAccountsFromAPI reads each ServiceAccount with a GET bounded by
+// timeout (R14), at most once per defaultKeychainTTL per ServiceAccount:
+// the source of tick and status, which run no informer.
+func ServiceAccountsFromAPI(kube kubernetes.Interface, timeout time.Duration) ServiceAccountSource {
+	return &apiServiceAccounts{kube: kube, timeout: timeout, read: map[string]cachedNames{}}
+}
+
+type apiServiceAccounts struct {
+	kube    kubernetes.Interface
+	timeout time.Duration
+	mu      sync.Mutex
+	read    map[string]cachedNames // by namespace/name
+}
+
+type cachedNames struct {
+	names []string
+	at    time.Time
+}
+
+func (a *apiServiceAccounts) ImagePullSecrets(ctx context.Context, namespace, name string) ([]string, error) {
+	key := namespace + "/" + name
+	a.mu.Lock()
+	cached, ok := a.read[key]
+	a.mu.Unlock()
+	if ok && time.Since(cached.at) < defaultKeychainTTL {
+		return cached.names, nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	sa, err := a.kube.CoreV1().ServiceAccounts(namespace).Get(callCtx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := pullSecretNames(sa)
+	a.mu.Lock()
+	a.read[key] = cachedNames{names: out, at: time.Now()}
+	a.mu.Unlock()
+	return out, nil
+}
+
+// ServiceAccountsFromCache reads each ServiceAccount from reader, the
+// informer cache of `run`'s manager, as Flux's image-reflector reads the
+// ServiceAccount of an image repository: no API request once the informer
+// synced, so a steady state makes none (C6), and an edited
+// imagePullSecrets is seen as soon as the watch delivers it. timeout
+// bounds a read (R14), the first of which waits for the informer to sync.
+func ServiceAccountsFromCache(reader client.Reader, timeout time.Duration) ServiceAccountSource {
+	return cachedServiceAccounts{reader: reader, timeout: timeout}
+}
+
+type cachedServiceAccounts struct {
+	reader  client.Reader
+	timeout time.Duration
+}
+
+func (c cachedServiceAccounts) ImagePullSecrets(ctx context.Context, namespace, name string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var sa corev1.ServiceAccount
+	err := c.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &sa)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pullSecretNames(&sa), nil
+}
+
+func pullSecretNames(sa *corev1.ServiceAccount) []string {
 	var out []string
 	for _, s := range sa.ImagePullSecrets {
 		out = append(out, s.Name)
 	}
-	p.mu.Lock()
-	if p.serviceAccounts == nil {
-		p.serviceAccounts = map[string]cachedNames{}
-	}
-	p.serviceAccounts[key] = cachedNames{names: out, at: time.Now()}
-	p.mu.Unlock()
 	return out
+}
+
+// StripServiceAccount is the informer transform of `run`'s ServiceAccount
+// cache: it keeps the name, namespace, resource version and
+// imagePullSecrets, all that ServiceAccountsFromCache reads (not the
+// token secrets, labels, annotations or managed fields).
+func StripServiceAccount(in any) (any, error) {
+	sa, ok := in.(*corev1.ServiceAccount)
+	if !ok {
+		return in, nil
+	}
+	return &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: sa.Name, Namespace: sa.Namespace, UID: sa.UID, ResourceVersion: sa.ResourceVersion,
+		},
+		ImagePullSecrets: sa.ImagePullSecrets,
+	}, nil
 }

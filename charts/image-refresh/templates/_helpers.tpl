@@ -286,11 +286,12 @@ The rules discovery needs on the workloads it finds (rbac-discovery.yaml).
 - apiGroups: [""]
   resources: [events]
   verbs: [create, get, update]
-# get: the imagePullSecrets of the pods' ServiceAccounts, which the kubelet
-# pulls with too (the secrets themselves: registryAuth).
+# {{ if .controller }}list, watch{{ else }}get{{ end }}: the imagePullSecrets of the pods' ServiceAccounts, which the kubelet
+# pulls with too (the secrets themselves: registryAuth).{{ if .controller }} The controller
+# reads them from its informer cache.{{ end }}
 - apiGroups: [""]
   resources: [serviceaccounts]
-  verbs: [get]
+  verbs: [{{ if .controller }}list, watch{{ else }}get{{ end }}]
 {{- with .secrets }}
 # get: registry credentials, the registryAuth.pullSecrets by name only;
 # never list (R20).
