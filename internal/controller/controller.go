@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,15 +49,15 @@ type Controller struct {
 	// OnGroups, if set, is told every group after each discovery pass (the
 	// webhook pins the targets of discovered groups too).
 	OnGroups func([]config.Group)
-	// discovery is nil when discovery is off.
-	discovery *discoveryState
-	// elected is closed once this replica leads (nil: it always does).
-	elected <-chan struct{}
-	ctrl    controller.Controller
+	// discovery is nil when discovery is off; api lists what it discovers
+	// from the API server (readRolling).
+	discovery *Discovery
+	api       client.Reader
+	ctrl      controller.Controller
 
 	mu         sync.Mutex
 	configured []config.Group
-	discovered map[string]config.Group           // by name (D1)
+	discovered map[string]config.Group           // by name (D1, SetDiscovered)
 	groups     map[string]config.Group           // configured and discovered
 	byObject   map[types.NamespacedName][]string // workload → group names
 	queue      workqueue.TypedRateLimitingInterface[reconcile.Request]
@@ -179,6 +178,9 @@ func Namespaces(cfg *config.Config) []string {
 // SetupWithManager registers the watches: the workload kinds the config
 // names (in the configured namespaces only, see the manager's cache
 // options), filtered to the named workloads, plus the poller's changes.
+// With discovery every kind is watched; discovery's own passes run beside
+// the controller (internal/discover) and tell it the groups
+// (SetDiscovered).
 func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	preds := builder.WithPredicates(c.groupPredicates())
 	b := ctrl.NewControllerManagedBy(mgr).Named("image-refresh").
@@ -189,16 +191,10 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 			// another process waits no longer than that for an attempt
 			// this one holds (C3).
 			ReconciliationTimeout: c.Runner.Config.EffectiveTickTimeout(),
-			RateLimiter:           failureBackoff(c.Resync),
+			RateLimiter:           failureBackoff[reconcile.Request](c.Resync),
 		})
-	for _, k := range Kinds(c.Runner.Config, c.discoveryOptions()) {
+	for _, k := range Kinds(c.Runner.Config, c.discovery) {
 		b = b.Watches(k.New(), c.groupHandler(), preds)
-		if c.discovery != nil {
-			b = b.Watches(k.New(), c.discoveryHandler())
-		}
-	}
-	if c.discovery != nil {
-		b = b.Watches(&corev1.Namespace{}, c.discoveryHandler())
 	}
 	b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		c.mu.Lock()
@@ -206,9 +202,6 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 		c.mu.Unlock()
 		for _, g := range c.allGroups() {
 			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: g.Name}})
-		}
-		if c.discovery != nil {
-			q.Add(discoverRequest)
 		}
 		return nil
 	}))
@@ -225,11 +218,12 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 // failed is retried after 0.5 s, doubling up to the resync interval (at
 // most 5 minutes), and all groups together at no more than 10 passes a
 // second after failures.
-func failureBackoff(resync time.Duration) workqueue.TypedRateLimiter[reconcile.Request] {
+// Discovery's passes back off the same way (internal/discover).
+func failureBackoff[T comparable](resync time.Duration) workqueue.TypedRateLimiter[T] {
 	ceiling := min(max(resync, time.Second), 5*time.Minute)
 	return workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](500*time.Millisecond, ceiling),
-		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+		workqueue.NewTypedItemExponentialFailureRateLimiter[T](500*time.Millisecond, ceiling),
+		&workqueue.TypedBucketRateLimiter[T]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 	)
 }
 
@@ -258,13 +252,6 @@ func (c *Controller) groupHandler() handler.EventHandler {
 	})
 }
 
-func (c *Controller) discoveryOptions() *Discovery {
-	if c.discovery == nil {
-		return nil
-	}
-	return &Discovery{Namespaces: c.discovery.scope}
-}
-
 func (c *Controller) requestsFor(kind string, o client.Object) []reconcile.Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -282,13 +269,6 @@ func (c *Controller) requestsFor(kind string, o client.Object) []reconcile.Reque
 // is run again at the resync interval, or when its attempt in flight
 // reaches its deadline, whichever is first.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if req == discoverRequest {
-		defer c.passes.Add(1)
-		if err := c.discoverPass(ctx); err != nil {
-			return reconcile.Result{}, fmt.Errorf("discovery: %w", err)
-		}
-		return reconcile.Result{RequeueAfter: c.Resync}, nil
-	}
 	// The group's pass lock, taken before the group is looked up: a
 	// discovery pass that drops the group waits for this pass before it
 	// lets the workloads go (D1), and a later pass finds the group gone.
@@ -352,7 +332,7 @@ func (c *Controller) readRolling(ctx context.Context) {
 	rolling := c.Runner.RollingGroups(ctx)
 	if d := c.discovery; d != nil {
 		prefix := c.Runner.Config.AnnotationPrefix
-		in, err := discovery.List(ctx, d.caches.api, prefix, d.scope)
+		in, err := discovery.List(ctx, c.api, prefix, d.Namespaces)
 		if err != nil {
 			c.Runner.Log.Warn("maxConcurrentRollouts: cannot list the groups discovered by label to count their rollouts in flight; they count from their own passes",
 				"error", err)

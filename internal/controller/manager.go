@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/discover"
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
@@ -94,7 +97,6 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start the controller manager: %w", err)
 	}
-	c.elected = mgr.Elected()
 	// Observation reads come from the informer cache; writes and the reads
 	// of the write path stay direct.
 	var reader client.Reader = mgr.GetCache()
@@ -212,25 +214,23 @@ func managerOptions(o Options, namespaces map[string]cache.Config, byObject map[
 	}
 }
 
-// addDiscovery wires discovery into mgr (D1): the caches of the labelled
-// namespaces, started as their label is seen, and the discovery a standby
-// runs. It returns the reader of the workloads: the manager's cache, and
-// the labelled namespaces' caches.
+// addDiscovery wires discovery into mgr (D1): its runnable, on every
+// replica, and the caches of the labelled namespaces beside it, started as
+// their label is seen (internal/discover); the controller is told the
+// groups (SetDiscovered) and watches the namespaces' caches once it leads.
+// It returns the reader of the workloads: the manager's cache, and the
+// labelled namespaces' caches.
 func addDiscovery(mgr ctrl.Manager, rc *rest.Config, c *Controller, namespaces map[string]cache.Config, d *Discovery) (client.Reader, error) {
-	nc := &namespaceCaches{
-		rc: rc, scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(), httpClient: mgr.GetHTTPClient(),
-		main: mgr.GetCache(), api: mgr.GetAPIReader(), covered: map[string]bool{},
-		watch: c.watchNamespaceCache, caches: map[string]*namespaceCache{},
-	}
-	nc.trigger = func(ctx context.Context, cc cache.Cache) error { return c.discoveryTrigger(ctx, cc) }
-	for ns := range namespaces {
-		nc.covered[ns] = true
-	}
-	c.discovery = &discoveryState{scope: d.Namespaces, caches: nc, noted: map[string]bool{}, wake: make(chan struct{}, 1)}
-	if err := mgr.Add(nc); err != nil {
-		return nil, err
-	}
-	if err := mgr.Add(standbyDiscovery{c: c, cache: mgr.GetCache()}); err != nil {
+	nc := discover.NewCaches(rc, mgr, slices.Collect(maps.Keys(namespaces)), c.watchNamespaceCache)
+	c.discovery, c.api = d, mgr.GetAPIReader()
+	r := c.Runner
+	disc := discover.New(nc, c, discover.Options{
+		Prefix: r.Config.AnnotationPrefix, Configured: r.Config.Groups, Scope: d.Namespaces,
+		Workloads: r.Workloads, Log: r.Log, Elected: mgr.Elected(),
+		// As the workqueue ran its passes when they were the controller's.
+		Resync: c.Resync, Timeout: r.Config.EffectiveTickTimeout(), Backoff: failureBackoff[struct{}](c.Resync),
+	})
+	if err := mgr.Add(disc); err != nil {
 		return nil, err
 	}
 	return nc, nil
@@ -306,7 +306,7 @@ func watched(kinds []*workload.Kind, withPods bool) []client.Object {
 // the labelled ones (a label selector, so that the cache holds only
 // managed objects) next to the whole configured namespaces. Workloads of a
 // labelled namespace come from that namespace's own cache
-// (namespaceCaches), started when its label is seen.
+// (discover.Caches), started when its label is seen.
 func addDiscoveryCache(byObject map[client.Object]cache.ByObject, configured map[string]cache.Config, prefix string, d *Discovery) {
 	sel := discovery.Keys{Prefix: prefix}.Selector()
 	byObject[&corev1.Namespace{}] = cache.ByObject{Label: sel}
