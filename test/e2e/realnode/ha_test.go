@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -126,7 +127,7 @@ func TestProduct_S1_B1_TheAPIServerCallsTheWebhookThroughTheChartsService(t *tes
 	a := w.pushBuild("acme/api", "prod", "A")
 	tag := w.host + "/acme/api:prod"
 	w.installApp("helm3", tag)
-	pinned := w.waitImage("api", tag+"@"+a, 3*time.Minute)
+	w.waitImage("api", tag+"@"+a, 3*time.Minute)
 	w.readyPod("api")
 	// The webhook answers once kube-proxy on the node has the Service's
 	// endpoint and the controller has the record: a server-side dry run of
@@ -145,13 +146,36 @@ func TestProduct_S1_B1_TheAPIServerCallsTheWebhookThroughTheChartsService(t *tes
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	pinned = w.deployment("api")
-
+	// Every version of the Deployment stored from here on is watched: the
+	// upgrade's write must be stored pinned (revision 2 with the digest),
+	// never as the bare tag that the controller would then re-pin.
+	before := w.deployment("api")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	wi, err := w.c.Client.AppsV1().Deployments(w.ns).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", "api").String(), ResourceVersion: before.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wi.Stop()
 	w.helm("helm3", "upgrade", "app", filepath.Join("testdata", "app"), "-n", w.ns, "--reuse-values", "--set", "revision=2")
-	d := w.deployment("api")
-	if got := d.Spec.Template.Spec.Containers[0].Image; got != tag+"@"+a || d.Generation != pinned.Generation+1 || d.Spec.Template.Annotations["revision"] != "2" {
-		t.Errorf("right after helm upgrade: image %s, generation %d (pinned at %d), revision %q; want %s@%s stored by the upgrade's own write (generation +1, revision 2)\n%s",
-			got, d.Generation, pinned.Generation, d.Spec.Template.Annotations["revision"], tag, a, w.productLogs(releaseNS))
+	var stored []string
+	for ev := range wi.ResultChan() {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		if rev := d.Spec.Template.Annotations["revision"]; rev == "2" {
+			img := d.Spec.Template.Spec.Containers[0].Image
+			stored = append(stored, img)
+			if img == tag+"@"+a {
+				break
+			}
+		}
+	}
+	if len(stored) != 1 || stored[0] != tag+"@"+a {
+		t.Errorf("the upgrade's template (revision 2) was stored as %q; want exactly once, as %s@%s (pinned at admission)\n%s", stored, tag, a, w.productLogs(releaseNS))
 	}
 	// Every ReplicaSet the upgrade made exists once the Deployment settled.
 	if err := testenv.WaitSettled(context.Background(), w.c.Client, "Deployment", w.ns, "api", 2*time.Minute); err != nil {
