@@ -551,3 +551,40 @@ func TestVerify_V1_DistributionWithoutTheReferrersAPIFindsBundlesByTagAndLegacyS
 	v, err = g.verify(policyOf(key))
 	wantVerified(t, v, err, FormatLegacy, "cosign.pub")
 }
+
+func TestVerify_V1_ALookupCostsAFewGETsAndNoWrite(t *testing.T) {
+	count := func(f *fixture) (gets, other int) {
+		for _, r := range f.reg.Requests() {
+			switch {
+			case r.Method == http.MethodGet && r.Path == "/v2/":
+			case r.Method == http.MethodGet:
+				gets++
+			default:
+				other++
+			}
+		}
+		return gets, other
+	}
+	key := newSigner(t, "cosign.pub")
+	t.Run("unsigned, without the referrers API: referrers, its tag, the .sig tag", func(t *testing.T) {
+		f := newFixture(t, false)
+		f.reg.ResetRequests()
+		if v, err := f.verify(policyOf(key)); err != nil || v.Verified {
+			t.Fatalf("got %s, %v", v, err)
+		}
+		if gets, other := count(f); gets != 3 || other != 0 {
+			t.Errorf("want 3 GETs and nothing else, got %d GETs and %d other requests: %v", gets, other, f.reg.Requests())
+		}
+	})
+	t.Run("a bundle with the referrers API: referrers, the artifact's manifest, its bundle blob", func(t *testing.T) {
+		f := newFixture(t, true)
+		f.attachBundle(f.digest, key.dsseBundle(t, f.digest, SignPredicateType), SignPredicateType)
+		f.reg.ResetRequests()
+		if v, err := f.verify(policyOf(key)); err != nil || !v.Verified {
+			t.Fatalf("got %s, %v", v, err)
+		}
+		if gets, other := count(f); gets != 3 || other != 0 {
+			t.Errorf("want 3 GETs and nothing else, got %d GETs and %d other requests: %v", gets, other, f.reg.Requests())
+		}
+	})
+}
