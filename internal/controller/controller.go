@@ -423,7 +423,7 @@ func (c *Controller) registryChanged(key string) {
 // and after it, for C6. image-refresh's own writes are not reverts.
 func (c *Controller) observedRevert(oldObj, newObj client.Object) {
 	w := config.Workload{Kind: kindOf(newObj), Namespace: newObj.GetNamespace(), Name: newObj.GetName()}
-	rv := revert{seen: time.Now(), Revert: refresh.Revert{Before: images(oldObj), After: images(newObj)}}
+	rv := revert{seen: time.Now(), Revert: refresh.Revert{Before: workload.Images(oldObj), After: workload.Images(newObj)}}
 	rv.BeforeSettled = settled(oldObj) && !ownWrite(oldObj, newObj)
 	c.mu.Lock()
 	c.reverted[w] = rv

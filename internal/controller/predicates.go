@@ -9,26 +9,13 @@ import (
 
 func settled(o client.Object) bool { return workload.SettlednessOf(o).Settled }
 
-// images maps container name → image of a workload's pod template.
-func images(o client.Object) map[string]string {
-	spec := workload.PodSpec(o)
-	if spec == nil {
-		return nil
-	}
-	out := make(map[string]string, len(spec.Containers))
-	for _, c := range spec.Containers {
-		out[c.Name] = c.Image
-	}
-	return out
-}
-
 // ownWrite reports whether image-refresh wrote every image that changed
 // from oldObj to newObj (the field manager of .image, R17): its re-pins and
 // digest changes, which are not reverts (C6).
 func ownWrite(oldObj, newObj client.Object) bool {
-	before := images(oldObj)
+	before := workload.Images(oldObj)
 	managers := workload.ImageManagers(newObj)
-	for name, img := range images(newObj) {
+	for name, img := range workload.Images(newObj) {
 		if before[name] != img && managers[name] != workload.FieldManager {
 			return false
 		}

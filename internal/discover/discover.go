@@ -295,7 +295,7 @@ func changed(prefix string, oldObj, newObj client.Object) bool {
 	if _, ns := newObj.(*corev1.Namespace); ns {
 		return false
 	}
-	o, n := images(oldObj), images(newObj)
+	o, n := workload.Images(oldObj), workload.Images(newObj)
 	if len(o) != len(n) {
 		return true
 	}
@@ -311,17 +311,4 @@ func changed(prefix string, oldObj, newObj client.Object) bool {
 		}
 	}
 	return false
-}
-
-// images maps container name → image of a workload's pod template.
-func images(o client.Object) map[string]string {
-	spec := workload.PodSpec(o)
-	if spec == nil {
-		return nil
-	}
-	out := make(map[string]string, len(spec.Containers))
-	for _, c := range spec.Containers {
-		out[c.Name] = c.Image
-	}
-	return out
 }

@@ -168,6 +168,20 @@ func KindOf(obj client.Object) (*Kind, bool) {
 	return nil, false
 }
 
+// Images maps container name → image of a workload's pod template (nil for
+// an object that is not a workload).
+func Images(o client.Object) map[string]string {
+	spec := PodSpec(o)
+	if spec == nil {
+		return nil
+	}
+	out := make(map[string]string, len(spec.Containers))
+	for _, c := range spec.Containers {
+		out[c.Name] = c.Image
+	}
+	return out
+}
+
 // PodSpec returns the pod template spec of a supported object, else nil.
 func PodSpec(obj client.Object) *corev1.PodSpec {
 	if k, ok := KindOf(obj); ok {
