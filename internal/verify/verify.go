@@ -10,12 +10,6 @@
 // The registry is read with go-containerregistry and the caller's remote
 // options (auth, the host's transport). A registry that cannot be read is an
 // error, never a verdict: a read failure (R1), not "unverified".
-//
-// A lookup is a few GETs, no write: the referrers list (and its tag on a
-// registry without the API), the manifest and the blob of each bundle, the
-// .sig manifest and its payloads when no bundle verified. An unsigned digest
-// costs three, a bundle found through the referrers API three. Callers look
-// once per new digest and policy (digests are immutable), never per poll.
 package verify
 
 import (
