@@ -9,9 +9,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/testenv"
@@ -21,21 +24,23 @@ import (
 // other than not, and returns the holder's pod name.
 func (w *world) leader(releaseNS, not string) string {
 	w.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
-		l, err := w.c.Client.CoordinationV1().Leases(releaseNS).Get(context.Background(), "image-refresh", metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil {
-			last = *l.Spec.HolderIdentity
-			pod, _, _ := strings.Cut(last, "_")
-			if pod != "" && pod != not {
-				return pod
-			}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var last, holder string
+	err := until(ctx, byName(w.c.Client.CoordinationV1().RESTClient(), "leases", releaseNS, "image-refresh"), &coordinationv1.Lease{}, func(o runtime.Object) (bool, error) {
+		l := o.(*coordinationv1.Lease)
+		if l.Spec.HolderIdentity == nil {
+			return false, nil
 		}
-		time.Sleep(200 * time.Millisecond)
+		last = *l.Spec.HolderIdentity
+		pod, _, _ := strings.Cut(last, "_")
+		holder = pod
+		return pod != "" && pod != not, nil
+	})
+	if err != nil {
+		w.t.Fatalf("Lease %s/image-refresh: holder %q, want a pod other than %q: %v", releaseNS, last, not, err)
 	}
-	w.t.Fatalf("Lease %s/image-refresh: holder %q, want a pod other than %q", releaseNS, last, not)
-	return ""
+	return holder
 }
 
 // deleteAndWatch deletes pod with its own grace period and returns its
@@ -133,18 +138,19 @@ func TestProduct_S1_B1_TheAPIServerCallsTheWebhookThroughTheChartsService(t *tes
 	// endpoint and the controller has the record: a server-side dry run of
 	// a write of the bare tag goes through it (sideEffects None) and comes
 	// back pinned.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	// No API object says when kube-proxy has programmed the Service, so
+	// this is the one probe that is retried: each try is a dry run, and it
+	// ends at the first pinned answer.
+	var lastErr error
+	probe := func(ctx context.Context) (bool, error) {
 		d := w.deployment("api")
 		d.Spec.Template.Spec.Containers[0].Image = tag
-		out, err := w.c.Client.AppsV1().Deployments(w.ns).Update(context.Background(), d, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil && out.Spec.Template.Spec.Containers[0].Image == tag+"@"+a {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a dry-run write of the bare tag is not pinned by the webhook after 2 minutes (last: %v)\n%s", err, w.productLogs(releaseNS))
-		}
-		time.Sleep(500 * time.Millisecond)
+		out, err := w.c.Client.AppsV1().Deployments(w.ns).Update(ctx, d, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		lastErr = err
+		return err == nil && out.Spec.Template.Spec.Containers[0].Image == tag+"@"+a, nil
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, probe); err != nil {
+		t.Fatalf("a dry-run write of the bare tag is not pinned by the webhook (%v; last: %v)\n%s", err, lastErr, w.productLogs(releaseNS))
 	}
 	// Every version of the Deployment stored from here on is watched: the
 	// upgrade's write must be stored pinned (revision 2 with the digest),

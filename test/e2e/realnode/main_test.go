@@ -23,6 +23,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
 	"github.com/image-refresh/image-refresh/internal/localcluster"
@@ -116,11 +122,15 @@ func (w *world) readyPod(deploy string, not ...string) *corev1.Pod {
 	if err := testenv.WaitSettled(ctx, w.c.Client, "Deployment", w.ns, deploy, 3*time.Minute); err != nil {
 		w.t.Fatalf("Deployment %s/%s: %v", w.ns, deploy, err)
 	}
+	// Each change of the Deployment's pods is the signal to look at the
+	// whole set again.
 	var last string
-	for ctx.Err() == nil {
+	var found *corev1.Pod
+	lw := cache.NewFilteredListWatchFromClient(w.c.Client.CoreV1().RESTClient(), "pods", w.ns, func(o *metav1.ListOptions) { o.LabelSelector = "app=" + deploy })
+	err := until(ctx, lw, &corev1.Pod{}, func(runtime.Object) (bool, error) {
 		list, err := w.c.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + deploy})
 		if err != nil {
-			w.t.Fatal(err)
+			return false, err
 		}
 		var ready []*corev1.Pod
 		for i := range list.Items {
@@ -135,13 +145,34 @@ func (w *world) readyPod(deploy string, not ...string) *corev1.Pod {
 			}
 		}
 		if len(ready) == 1 && len(list.Items) == 1+countNamed(list.Items, not) {
-			return ready[0]
+			found = ready[0]
+			return true, nil
 		}
 		last = fmt.Sprintf("%d pods, %d Ready and new", len(list.Items), len(ready))
-		time.Sleep(200 * time.Millisecond)
+		return false, nil
+	})
+	if err != nil {
+		w.t.Fatalf("Deployment %s/%s: no single new Ready pod: %s (%v)", w.ns, deploy, last, err)
 	}
-	w.t.Fatalf("Deployment %s/%s: no single new Ready pod: %s", w.ns, deploy, last)
-	return nil
+	return found
+}
+
+// until watches what lw lists, from its current state, until cond is true
+// for an event (added, modified or the initial list), or ctx ends: a
+// watch is the signal, never a sleep.
+func until(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, cond func(runtime.Object) (bool, error)) error {
+	_, err := watchtools.UntilWithSync(ctx, lw, obj, nil, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Deleted {
+			return false, nil
+		}
+		return cond(ev.Object)
+	})
+	return err
+}
+
+// byName lists and watches the one object name of resource in ns.
+func byName(c rest.Interface, resource, ns, name string) cache.ListerWatcher {
+	return cache.NewListWatchFromClient(c, resource, ns, fields.OneTermEqualSelector("metadata.name", name))
 }
 
 func contains(list []string, s string) bool {

@@ -18,6 +18,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/image-refresh/image-refresh/internal/localcluster"
 	"github.com/image-refresh/image-refresh/internal/testenv"
@@ -38,25 +39,22 @@ func (w *world) runCronJob(releaseNS, job string) *corev1.Pod {
 	if _, err := w.c.Client.BatchV1().Jobs(releaseNS).Create(ctx, j, metav1.CreateOptions{}); err != nil {
 		w.t.Fatal(err)
 	}
-	deadline := time.Now().Add(4 * time.Minute)
-	for {
-		got, err := w.c.Client.BatchV1().Jobs(releaseNS).Get(ctx, job, metav1.GetOptions{})
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if got.Status.Succeeded == 1 || got.Status.Failed > 0 || time.Now().After(deadline) {
-			pods, err := w.c.Client.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
-			if err != nil || len(pods.Items) == 0 {
-				w.t.Fatalf("Job %s: succeeded %d, failed %d; its pods: %v", job, got.Status.Succeeded, got.Status.Failed, err)
-			}
-			p := &pods.Items[0]
-			if got.Status.Succeeded != 1 {
-				w.t.Fatalf("Job %s did not complete (succeeded %d, failed %d):\n%s", job, got.Status.Succeeded, got.Status.Failed, w.logs(p))
-			}
-			return p
-		}
-		time.Sleep(500 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	got := &batchv1.Job{}
+	werr := until(wctx, byName(w.c.Client.BatchV1().RESTClient(), "jobs", releaseNS, job), &batchv1.Job{}, func(o runtime.Object) (bool, error) {
+		got = o.(*batchv1.Job)
+		return got.Status.Succeeded == 1 || got.Status.Failed > 0, nil
+	})
+	pods, err := w.c.Client.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
+	if err != nil || len(pods.Items) == 0 {
+		w.t.Fatalf("Job %s: succeeded %d, failed %d (%v); its pods: %v", job, got.Status.Succeeded, got.Status.Failed, werr, err)
 	}
+	p := &pods.Items[0]
+	if got.Status.Succeeded != 1 {
+		w.t.Fatalf("Job %s did not complete (succeeded %d, failed %d, %v):\n%s", job, got.Status.Succeeded, got.Status.Failed, werr, w.logs(p))
+	}
+	return p
 }
 
 // TestProduct_S1_CronJobModeTicksToCompletionAndPins installs the chart in

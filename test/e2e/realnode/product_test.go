@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/image-refresh/image-refresh/internal/localcluster"
 	"github.com/image-refresh/image-refresh/internal/testenv"
@@ -214,17 +215,22 @@ func (w *world) deployment(name string) *appsv1.Deployment {
 // waitImage waits until Deployment name's container asks for want.
 func (w *world) waitImage(name, want string, timeout time.Duration) *appsv1.Deployment {
 	w.t.Helper()
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	var got string
-	for time.Now().Before(deadline) {
-		d := w.deployment(name)
+	var found *appsv1.Deployment
+	err := until(ctx, byName(w.c.Client.AppsV1().RESTClient(), "deployments", w.ns, name), &appsv1.Deployment{}, func(o runtime.Object) (bool, error) {
+		d := o.(*appsv1.Deployment)
 		if got = d.Spec.Template.Spec.Containers[0].Image; got == want {
-			return d
+			found = d
+			return true, nil
 		}
-		time.Sleep(200 * time.Millisecond)
+		return false, nil
+	})
+	if err != nil {
+		w.t.Fatalf("Deployment %s/%s asks for %s, want %s: %v", w.ns, name, got, want, err)
 	}
-	w.t.Fatalf("Deployment %s/%s asks for %s after %s, want %s", w.ns, name, got, timeout, want)
-	return nil
+	return found
 }
 
 // TestProduct_S1_TheChartsPodDiscoversPinsAndHealsAHelmUpgrade installs the
