@@ -180,8 +180,13 @@ func (w *world) installProductIn(releaseNS string, extra map[string]any) {
 		"-f", w.valuesFile(w.productValues(repository, digest, extra)), "--wait", "--timeout", "4m")
 	w.t.Logf("helm install:\n%s", out)
 	w.t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(w.c.BinDir, "helm"), "uninstall", "ir", "-n", releaseNS, "--kubeconfig", w.c.Kubeconfig)
-		_ = cmd.Run()
+		// --wait with a foreground cascade: the release's pods are gone before the next test starts,
+		// so no controller of this test (its discovery is cluster-wide, as
+		// the chart's default) acts on the next test's workloads.
+		cmd := exec.Command(filepath.Join(w.c.BinDir, "helm"), "uninstall", "ir", "-n", releaseNS, "--wait", "--cascade", "foreground", "--timeout", "2m", "--kubeconfig", w.c.Kubeconfig)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			w.t.Errorf("helm uninstall ir: %v\n%s", err, out)
+		}
 	})
 }
 
