@@ -88,6 +88,15 @@ func TestAlerts_Synthetic(t *testing.T) {
 			wantAt: map[string][]map[string]string{"1m": {g("web")}},
 		},
 		{
+			alert: "ImageRefreshDigestUnverified",
+			input: []inputSeries{
+				series(`image_refresh_group_needs_attention{group="web",reason="DigestUnverified"}`, "1x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="DigestUnverified"}`, "0x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="DigestQuarantined"}`, "1x30"),
+			},
+			wantAt: map[string][]map[string]string{"1m": {g("web")}},
+		},
+		{
 			alert: "ImageRefreshRewriteFight",
 			input: []inputSeries{
 				series(`image_refresh_group_needs_attention{group="web",reason="ImageRewriteFight"}`, "1x30"),

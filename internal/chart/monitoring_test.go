@@ -85,6 +85,7 @@ var alertStates = map[string]string{
 	"ImageRefreshStalePin":          "stale-pin",
 	"ImageRefreshTagFlapping":       "tag-flapping",
 	"ImageRefreshDigestQuarantined": "quarantined",
+	"ImageRefreshDigestUnverified":  "unverified",
 	"ImageRefreshRewriteFight":      "error",
 	"ImageRefreshRunningStale":      "running-stale",
 	"ImageRefreshError":             "error",

@@ -797,3 +797,42 @@ func TestChart_DockerConfigAndDigest(t *testing.T) {
 func workloadGroup(groups []string) bool {
 	return slices.Equal(groups, []string{"apps"}) || slices.Equal(groups, []string{"batch"})
 }
+
+// TestChart_V1_VerificationKeysAreMountedWhereThePolicyNamesThem: each
+// verificationKeys entry mounts its Secret or ConfigMap read-only at
+// /var/run/image-refresh/verification/NAME, the directory a policy's
+// publicKeys name, in both modes.
+func TestChart_V1_VerificationKeysAreMountedWhereThePolicyNamesThem(t *testing.T) {
+	h := newHelm(t)
+	keys := valuesFile(t, map[string]any{"verificationKeys": []any{
+		map[string]any{"name": "release", "secret": "cosign-keys"},
+		map[string]any{"name": "lab", "configMap": "lab-keys"},
+	}})
+	for _, mode := range []string{"cronjob", "controller"} {
+		m := h.template(ciValues(t, mode), keys)
+		var pod corev1.PodSpec
+		if mode == "cronjob" {
+			pod = one[*batchv1.CronJob](t, m).Spec.JobTemplate.Spec.Template.Spec
+		} else {
+			pod = one[*appsv1.Deployment](t, m).Spec.Template.Spec
+		}
+		for _, want := range []struct{ name, secret, configMap string }{{"release", "cosign-keys", ""}, {"lab", "", "lab-keys"}} {
+			ok := false
+			for _, vm := range pod.Containers[0].VolumeMounts {
+				for _, v := range pod.Volumes {
+					if vm.Name != v.Name || vm.MountPath != "/var/run/image-refresh/verification/"+want.name || !vm.ReadOnly {
+						continue
+					}
+					ok = ok || (want.secret != "" && v.Secret != nil && v.Secret.SecretName == want.secret) ||
+						(want.configMap != "" && v.ConfigMap != nil && v.ConfigMap.Name == want.configMap)
+				}
+			}
+			if !ok {
+				t.Errorf("%s: verificationKeys %s is not mounted read-only at /var/run/image-refresh/verification/%s", mode, want.name, want.name)
+			}
+		}
+	}
+	if _, err := h.render(ciValues(t, "cronjob"), valuesFile(t, map[string]any{"verificationKeys": []any{map[string]any{"name": "release"}}})); err == nil {
+		t.Errorf("a verificationKeys entry with neither secret nor configMap was accepted")
+	}
+}

@@ -193,7 +193,10 @@ type Config struct {
 	FirstInstall       FirstInstall       `yaml:"firstInstall"`
 	PinFormat          imageref.PinFormat `yaml:"pinFormat"`
 	Registries         []Registry         `yaml:"registries"`
-	Groups             []Group            `yaml:"groups"`
+	// Verification are the signature policies of V1; the first whose
+	// repositories match an image applies to it (VerificationFor).
+	Verification []VerificationPolicy `yaml:"verification"`
+	Groups       []Group              `yaml:"groups"`
 }
 
 // Defaults returns a Config with every optional setting at its default and

@@ -13,7 +13,8 @@ import (
 
 // Load reads the config file at path. On top of Parse it checks that every
 // caFile is a readable PEM bundle, so that a TLS misconfiguration fails at
-// start-up and not at the first registry call.
+// start-up and not at the first registry call, and it reads and parses every
+// verification policy's public keys (V1) into CosignPolicy.Keys.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -30,6 +31,7 @@ func Load(path string) (*Config, error) {
 				errs = append(errs, &FieldError{Path: p, Line: lineOf(lines, p), Msg: msg})
 			}
 		}
+		errs = append(errs, c.loadKeys(lines)...)
 	}
 	if len(errs) > 0 {
 		return nil, wrap(path, errs)
@@ -50,7 +52,8 @@ func checkCAFile(path string) string {
 
 // Parse decodes a config file strictly, applies the defaults and validates
 // the result. source names the file in messages. It has no filesystem
-// access, so it does not check caFile; use Load for a file on disk.
+// access, so it does not check caFile nor read public keys; use Load for a
+// file on disk.
 func Parse(data []byte, source string) (*Config, error) {
 	c, _, errs := parse(data)
 	if len(errs) > 0 {

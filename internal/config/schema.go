@@ -38,6 +38,12 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				d.registry(path, n, &c.Registries[len(c.Registries)-1])
 			})
 		},
+		"verification": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, n *yaml.Node) {
+				c.Verification = append(c.Verification, VerificationPolicy{})
+				d.verificationPolicy(path, n, &c.Verification[len(c.Verification)-1])
+			})
+		},
 		"groups": func(path string, n *yaml.Node) {
 			d.sequence(path, n, func(path string, n *yaml.Node) {
 				c.Groups = append(c.Groups, Group{})

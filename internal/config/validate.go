@@ -14,7 +14,7 @@ import (
 
 // Validate reports every problem in c, joined with errors.Join; each one is
 // a *FieldError. It does not apply defaults, and it cannot check that a
-// caFile is readable (Load does).
+// caFile or a public key file is readable (Load does).
 func (c *Config) Validate() error {
 	if c == nil {
 		return errors.New("config is nil")
@@ -73,6 +73,7 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 	v.oneOf("pinFormat", string(c.PinFormat),
 		string(imageref.PinTagAndDigest), string(imageref.PinDigest))
 	v.registries(c.Registries)
+	v.verification(c.Verification)
 	v.groups(c.Groups, prefix)
 	return v.errs
 }

@@ -29,7 +29,11 @@ type Metrics struct {
 	RearmedByNewDigest *prometheus.CounterVec
 	AdmissionPins      *prometheus.CounterVec
 	AdmissionErrors    prometheus.Counter
-	RateLimit          RateLimit
+	// Verifications counts signature lookups of new digests by policy and
+	// result: verified, unverified, error (V1). A digest is looked up once
+	// per policy, so this counts new digests, not passes.
+	Verifications *prometheus.CounterVec
+	RateLimit     RateLimit
 
 	mu      sync.Mutex
 	targets map[string]map[Target]bool // group → its targets (SetTargets)
@@ -146,6 +150,10 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		Name: "image_refresh_admission_errors_total",
 		Help: "Admission requests the webhook allowed unchanged because of an internal error (fail open, B1); fix A re-pins what they missed.",
 	})
+	m.Verifications = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "image_refresh_verifications_total",
+		Help: "Signature lookups of a new digest against its repository's verification policy, by result: verified, unverified, error (V1).",
+	}, []string{"policy", "result"})
 	m.TargetOnDigest = Register(reg, m.TargetOnDigest)
 	m.PodsOffDigest = Register(reg, m.PodsOffDigest)
 	m.GroupLockedOut = Register(reg, m.GroupLockedOut)
@@ -160,6 +168,7 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	m.RearmedByNewDigest = Register(reg, m.RearmedByNewDigest)
 	m.AdmissionPins = Register(reg, m.AdmissionPins)
 	m.AdmissionErrors = Register(reg, m.AdmissionErrors)
+	m.Verifications = Register(reg, m.Verifications)
 	m.RateLimit = newRateLimit(reg)
 	return m
 }

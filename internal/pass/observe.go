@@ -64,9 +64,10 @@ type Runner struct {
 	pullSecrets registry.PullSecrets
 
 	mu       sync.Mutex
-	verified map[string]string   // repository:tag → the digest verify last proved
-	mirrored map[string]bool     // repository@digest the mirror proved it holds (R3)
-	indexes  map[string][]string // repository@digest → its platform digests (N1)
+	verified map[string]string      // repository:tag → the digest verify last proved
+	signed   map[string]signedEntry // policy, repository@digest → its signatures' lookup (V1)
+	mirrored map[string]bool        // repository@digest the mirror proved it holds (R3)
+	indexes  map[string][]string    // repository@digest → its platform digests (N1)
 	// countedAsks holds, per group, the failed registry asks whose
 	// failures a pass stored toward maxReadFailures (R1): the plans'
 	// CountedAsks, passed back as each next observation's.
@@ -163,6 +164,18 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		if res.Err == nil && img.PinnedDigest == "" && obs.Anchor != nil && obs.Anchor[keys.Record(img.Name)] != res.Digest {
 			// A digest about to be recorded or pinned is verified first (R1).
 			res = r.verifyLatest(ctx, g, img, latest, res, keychain)
+			// V1: and its signatures, where a verification policy applies.
+			if pol, ok := r.Config.VerificationFor(img.Repository); ok && res.Err == nil {
+				v, err := r.signatures(ctx, pol, img, res.Digest, obs.Anchor[keys.Verified(img.Name)], keychain)
+				if err != nil {
+					res = refresh.Resolution{Err: err, Ask: res.Ask}
+				} else {
+					if obs.Verification == nil {
+						obs.Verification = map[string]refresh.Verification{}
+					}
+					obs.Verification[img.Name] = v
+				}
+			}
 		}
 		obs.Latest[img.Name] = res
 		r.observePlatforms(ctx, img, keys, keychain, &obs)

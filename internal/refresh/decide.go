@@ -132,6 +132,7 @@ func (d *decision) image(img config.Image) {
 	if !ok {
 		return
 	}
+	d.rememberVerified(img, recorded, latest)
 	// R7/R19: every target must be readable, else the image is skipped.
 	if !d.readTargets(img) {
 		return

@@ -146,6 +146,26 @@ type Observation struct {
 	// Platforms maps an expected digest that is an image index to its
 	// platform manifests' digests: a pod of a multi-arch pin reports one.
 	Platforms map[string][]string
+	// Verification holds, per image whose repository a verification policy
+	// matches, V1's answer for the registry's digest when that digest is
+	// not the record yet (the record was verified when it was recorded).
+	Verification map[string]Verification
+}
+
+// Verification is the outcome of verifying an image's registry answer
+// against its repository's verification policy (V1).
+type Verification struct {
+	// Policy names the policy that matched the repository.
+	Policy string
+	// Digest is the digest verified: the registry's answer.
+	Digest   string
+	Verified bool
+	// Verdict says in one line what was found and why each signature was
+	// rejected (or which one verified).
+	Verdict string
+	// Memo is what the anchor keeps for a verified digest that is not the
+	// record yet (state.Keys.Verified): policy, key fingerprint, digest.
+	Memo string
 }
 
 // Revert is one write that changed a workload's container images, as the

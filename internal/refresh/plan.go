@@ -166,6 +166,7 @@ const (
 	ReasonDigestQuarantined  = "DigestQuarantined"
 	ReasonRearmedByNewDigest = "RearmedByNewDigest"
 	ReasonRunningStale       = "RunningStale"
+	ReasonDigestUnverified   = "DigestUnverified"
 )
 
 // Finding is one thing the operator is told. Non-benign findings
@@ -205,6 +206,7 @@ const (
 	StateUnreadable    State = "unreadable"
 	StateError         State = "error"
 	StateRunningStale  State = "running-stale"
+	StateUnverified    State = "unverified" // V1
 )
 
 // Row is one (group, image, target) line of `status`.

@@ -49,11 +49,14 @@ type hold struct {
 }
 
 // holdFor applies the rollout policy to a digest change of img from
-// recorded to latest, in order: a quarantined digest (R23), a spent churn
-// budget (R21), a digest younger than minDigestAge (R22), outside every
-// rollout window (R24). nil: roll it. A revert re-pin is never held: it
+// recorded to latest, in order: a digest that did not verify (V1), a
+// quarantined digest (R23), a spent churn budget (R21), a digest younger
+// than minDigestAge (R22), outside every rollout window (R24). nil: roll it. A revert re-pin is never held: it
 // restores the recorded digest.
 func (d *decision) holdFor(img config.Image, recorded, latest string, recent []time.Time, budgetErr error, seen *state.FirstSeenValue) *hold {
+	if h := d.unverifiedHold(img, recorded, latest); h != nil {
+		return h
+	}
 	rearm := d.rearm()
 	if !d.locked && slices.Contains(d.lockedOn(img), latest) {
 		msg := fmt.Sprintf("the registry serves %s:%s at %s, a digest a lockout of group %s locked on: it is quarantined and never tried again (R23); held on the recorded digest %s",
@@ -196,7 +199,11 @@ func (d *decision) rearmByNewDigest() bool {
 			continue
 		}
 		recordedAny = true
-		if latest := d.latestOf(img); latest != "" && !slices.Contains(list, latest) {
+		latest := d.latestOf(img)
+		if v, check := d.verification(img, latest); check && !v.Verified {
+			continue // V1: a digest that cannot be tried does not re-arm
+		}
+		if latest != "" && !slices.Contains(list, latest) {
 			news = append(news, fmt.Sprintf("%s:%s → %s", img.Repository, img.Tag, latest))
 		}
 	}
@@ -224,6 +231,9 @@ func (d *decision) lockOn() {
 		latest := d.latestOf(img)
 		if _, err := imageref.ParseDigest(d.ann[d.keys.Record(img.Name)]); img.PinnedDigest != "" || latest == "" || err != nil {
 			continue // an operator pin, no answer, or a first observation: nothing was tried
+		}
+		if v, check := d.verification(img, latest); check && !v.Verified {
+			continue // V1: an unverified digest was never tried either
 		}
 		key := d.keys.LockedOn(img.Name)
 		v, ok := d.value(key)

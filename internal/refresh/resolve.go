@@ -75,6 +75,10 @@ func (d *decision) record(img config.Image, latest string) (recorded string, ok 
 	if hasRecord {
 		return recorded, true
 	}
+	// V1: a first observation records only a verified digest.
+	if !d.unverifiedFirst(img, latest) {
+		return "", false
+	}
 	d.p.Bookkeeping.set(recKey, ptr(latest), d.ann)
 	if _, everPinned := d.value(d.keys.EverPinned(img.Name)); !everPinned && d.allOn(img, latest) {
 		// Every target already runs the digest: mark it pinned in the

@@ -59,6 +59,7 @@ const (
 	digestChanges
 	firstSeen
 	lockedOn
+	verified
 	discoveredGroup
 	enabled
 	discoveryGroup
@@ -81,6 +82,7 @@ var table = [...]Key{
 	digestChanges:    {Name: "digest-changes-<image>", Scope: ScopeImage, Rearm: true},
 	firstSeen:        {Name: "first-seen-<image>", Scope: ScopeImage},
 	lockedOn:         {Name: "locked-on-<image>", Scope: ScopeImage, Rearm: true},
+	verified:         {Name: "verified-<image>", Scope: ScopeImage},
 	discoveredGroup:  {Name: "discovered-group", Scope: ScopeMarker},
 	enabled:          {Name: "enabled", Scope: ScopeOperator},
 	discoveryGroup:   {Name: "group", Scope: ScopeOperator},
@@ -159,6 +161,14 @@ func (k Keys) FirstSeen(image string) string { return k.image(firstSeen, image) 
 // is quarantined (never tried again unless re-armed by hand), and any
 // other digest re-arms the locked group once by itself.
 func (k Keys) LockedOn(image string) string { return k.image(lockedOn, image) }
+
+// Verified remembers the registry's answer for image that last verified
+// against its verification policy (V1) while it was not the record yet:
+// an opaque "<policy>/<key fingerprint>@<digest>" (refresh.Verification's
+// Memo), so that a restart does not look its signatures up again and a
+// policy whose keys changed does. The record itself was verified when it was
+// recorded.
+func (k Keys) Verified(image string) string { return k.image(verified, image) }
 
 // DiscoveredGroup marks the anchor of a group that discovery found (D1);
 // its value is the group's name. It is what lets a workload go once it is

@@ -15,8 +15,8 @@ type Request struct {
 	Status int // 0 while the request is still being answered, or if it never was
 }
 
-// Fault changes how manifest requests (/v2/<repo>/manifests/<ref>) are
-// answered. It can be switched while the server is serving.
+// Fault changes how manifest requests (/v2/<repo>/manifests/<ref>) and
+// referrers requests (/v2/<repo>/referrers/<digest>) are answered. It can be switched while the server is serving.
 type Fault struct {
 	PathContains string        // only requests whose path contains this; "" = every manifest request
 	Method       string        // only requests of this method ("HEAD", "GET"); "" = every method
@@ -102,7 +102,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		writeError(sw, req, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 		return
 	}
-	if fault != nil && isManifestPath(req.URL.Path) && strings.Contains(req.URL.Path, fault.PathContains) &&
+	if fault != nil && faultApplies(req.URL.Path) && strings.Contains(req.URL.Path, fault.PathContains) &&
 		(fault.Method == "" || fault.Method == req.Method) {
 		s.serveFault(sw, req, *fault)
 		return
@@ -152,8 +152,8 @@ func (s *Server) serveFault(w http.ResponseWriter, req *http.Request, f Fault) {
 	s.registry.ServeHTTP(w, req)
 }
 
-func isManifestPath(p string) bool {
-	return strings.HasPrefix(p, "/v2/") && strings.Contains(p, "/manifests/")
+func faultApplies(p string) bool {
+	return strings.HasPrefix(p, "/v2/") && (strings.Contains(p, "/manifests/") || strings.Contains(p, "/referrers/"))
 }
 
 // writeError answers like a distribution registry: a JSON error body, none

@@ -28,9 +28,12 @@ import (
 // faults. Create it with New, then Start or StartTLS it.
 type Server struct {
 	registry http.Handler // the unwrapped registry; content helpers talk to it in-process
-	user     string
-	pass     string
-	token    bool // bearer tokens from /token instead of basic auth on /v2/
+	// referrers serves the OCI 1.1 referrers API; without it a client
+	// falls back to the sha256-<hex> tag schema.
+	referrers bool
+	user      string
+	pass      string
+	token     bool // bearer tokens from /token instead of basic auth on /v2/
 
 	tokens tokenIssuer
 	conns  atomic.Int64 // TCP connections accepted
@@ -55,15 +58,21 @@ func WithBasicAuth(user, pass string) Option {
 	return func(s *Server) { s.user, s.pass = user, pass }
 }
 
+// WithReferrers serves the OCI 1.1 referrers API
+// (GET /v2/<repo>/referrers/<digest>). Without it the server answers that
+// endpoint 404, as a registry without the API does, and clients use the
+// sha256-<hex> tag schema instead.
+func WithReferrers() Option {
+	return func(s *Server) { s.referrers = true }
+}
+
 // New returns a server that is not started yet.
 func New(opts ...Option) *Server {
-	s := &Server{
-		registry: registry.New(registry.Logger(log.New(io.Discard, "", 0))),
-		closed:   make(chan struct{}),
-	}
+	s := &Server{closed: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
+	s.registry = registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithReferrersSupport(s.referrers))
 	return s
 }
 

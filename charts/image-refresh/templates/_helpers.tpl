@@ -168,6 +168,16 @@ RefreshError and exits before the Job controller kills the pod.
       - {key: tls.crt, path: tls.crt}
       - {key: tls.key, path: tls.key}
 {{- end }}
+{{- range .Values.verificationKeys }}
+- name: verification-{{ .name }}
+  {{- if .secret }}
+  secret:
+    secretName: {{ .secret }}
+  {{- else }}
+  configMap:
+    name: {{ .configMap }}
+  {{- end }}
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -180,6 +190,9 @@ RefreshError and exits before the Job controller kills the pod.
 {{- end }}
 {{- if and .Values.webhook.enabled (eq .Values.mode "controller") .Values.webhook.certSecret }}
 - {name: webhook-certs, mountPath: /var/run/image-refresh/webhook, readOnly: true}
+{{- end }}
+{{- range .Values.verificationKeys }}
+- {name: verification-{{ .name }}, mountPath: /var/run/image-refresh/verification/{{ .name }}, readOnly: true}
 {{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}

@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/image-refresh/image-refresh/internal/testsign"
+)
+
+// V1 through tick and status on the local cluster, with signatures the
+// test makes in cosign's formats and pushes to the in-process registry.
+
+// signing is a verification policy over the env's registry, with its key.
+type signing struct {
+	e   *env
+	key testsign.Signer
+	// other is a key the policy does not list.
+	other testsign.Signer
+}
+
+func newSigning(e *env) *signing {
+	e.t.Helper()
+	s := &signing{e: e, key: testsign.NewSigner(e.t, "release.pub"), other: testsign.NewSigner(e.t, "other.pub")}
+	s.key.WritePublicKey(e.t, e.t.TempDir())
+	return s
+}
+
+// config is seedShape under a policy that needs s.key's signature.
+func (s *signing) config() string {
+	return s.e.config(`verification:
+  - name: release
+    repositories: ["{{reg}}/acme/**"]
+    cosign:
+      publicKeys: [` + s.key.File + `]
+` + seedShape)
+}
+
+func (s *signing) ref(digest string) name.Digest {
+	s.e.t.Helper()
+	d, err := name.NewDigest(s.e.repo("api")+"@"+digest, name.Insecure)
+	if err != nil {
+		s.e.t.Fatal(err)
+	}
+	return d
+}
+
+var plainHTTP []remote.Option
+
+func TestTick_V1_OnlyASignedDigestIsRecordedAndPinned(t *testing.T) {
+	e := newEnv(t)
+	s := newSigning(e)
+	cfg := s.config()
+	d0 := e.seed()
+	onTag := e.repo("api") + ":prod"
+
+	// An unsigned first observation records nothing: exit 1, the digest
+	// named with why, a status row, an Event.
+	code, logs := e.tick(cfg)
+	if code != 1 {
+		t.Errorf("tick over an unsigned digest: exit %d, want 1", code)
+	}
+	if v, ok := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; ok {
+		t.Fatalf("an unsigned digest was recorded: %s", v)
+	}
+	if len(logLines(logs, "WARN", d0, "verification policy release", "no signature found")) == 0 {
+		t.Errorf("no WARN line naming %s, the policy and why:\n%s", d0, logs)
+	}
+	if r := row(e.status(cfg), "jobs-manager", "api"); r == nil || r["state"] != "unverified" {
+		t.Errorf("status row %v, want state unverified", r)
+	}
+	if ev := e.events("jobs-manager"); !hasEvent(ev, "DigestUnverified", d0) {
+		t.Errorf("no DigestUnverified Event naming %s: %v", d0, ev)
+	}
+
+	// Signed (a legacy .sig, cosign before v3): recorded, then pinned.
+	s.key.AttachLegacy(t, s.ref(d0), plainHTTP, testsign.LegacyPayload(s.ref(d0)))
+	for i := range 2 {
+		if code, logs := e.tick(cfg); code != 0 {
+			t.Fatalf("tick %d over a signed digest: exit %d, want 0:\n%s", i+1, code, logs)
+		}
+	}
+	if got, want := e.image("jobs-manager", "api"), onTag+"@"+d0; got != want {
+		t.Fatalf("after the signature: %s, want %s", got, want)
+	}
+
+	// A new digest that is not signed by the policy's key, each way it
+	// can fail, holds every target on d0 and records nothing.
+	d1 := e.push("api", "prod")
+	unverifiedBy := func(why string) {
+		t.Helper()
+		code, logs := e.tick(cfg)
+		if code != 1 {
+			t.Errorf("%s: exit %d, want 1", why, code)
+		}
+		for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
+			if got := e.image(w[0], w[1]); got != onTag+"@"+d0 {
+				t.Errorf("%s: %s/%s moved to %s, want it held on %s", why, w[0], w[1], got, d0)
+			}
+		}
+		if got := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; got != d0 {
+			t.Errorf("%s: record %q, want %s", why, got, d0)
+		}
+		if len(logLines(logs, "WARN", d1, why)) == 0 {
+			t.Errorf("%s: no WARN line naming %s and why:\n%s", why, d1, logs)
+		}
+	}
+	unverifiedBy("no signature found")
+	s.other.SignBundle(t, s.ref(d1))
+	unverifiedBy("wrong-key")
+	testsign.AttachBundle(t, s.ref(d1), s.key.DSSEBundle(t, s.ref(d1), testsign.SPDXPredicate), testsign.SPDXPredicate)
+	unverifiedBy("not-a-signature")
+	s.key.AttachLegacy(t, s.ref(d1), plainHTTP, testsign.LegacyPayload(s.ref(d0))) // d0's signature copied onto d1
+	unverifiedBy("bound-to-another-digest")
+	if r := row(e.status(cfg), "requests-proxy", "proxy"); r == nil || r["state"] != "unverified" || !strings.Contains(r["message"].(string), "held on the recorded digest "+d0) {
+		t.Errorf("status row %v, want unverified, held on %s", r, d0)
+	}
+
+	// Signed with the policy's key (a bundle, cosign v3): rolled out.
+	s.key.SignBundle(t, s.ref(d1))
+	if code, logs := e.tick(cfg); code != 0 {
+		t.Fatalf("tick over the signed new digest: exit %d, want 0:\n%s", code, logs)
+	}
+	if got, want := e.image("requests-proxy", "proxy"), onTag+"@"+d1; got != want {
+		t.Errorf("after the signature: %s, want %s", got, want)
+	}
+	if got := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; got != d1 {
+		t.Errorf("record %q, want %s", got, d1)
+	}
+
+	// A revert re-pin restores the recorded digest even while the tag
+	// serves an unsigned newer one.
+	d2 := e.push("api", "prod")
+	e.setImageAs("helm", "Deployment", "requests-proxy", "proxy", onTag)
+	code, logs = e.tick(cfg)
+	if code != 1 {
+		t.Errorf("tick with an unsigned %s: exit %d, want 1", d2, code)
+	}
+	if got, want := e.image("requests-proxy", "proxy"), onTag+"@"+d1; got != want {
+		t.Errorf("the reverted target: %s, want re-pinned to the recorded %s:\n%s", got, want, logs)
+	}
+}
+
+// verifications reads image_refresh_verifications_total{policy="release",result}.
+func (c *runningController) verifications(t *testing.T, result string) int {
+	t.Helper()
+	_, body := get("http://" + c.metrics + "/metrics")
+	v, ok := metricValue(body, "image_refresh_verifications_total", map[string]string{"policy": "release", "result": result})
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatalf("image_refresh_verifications_total = %q", v)
+	}
+	return int(n)
+}
+
+// V1 through `run`: an unsigned push is held and looked up once, not per
+// pass; once signed, it rolls when its recheck is due on the injected clock.
+func TestRun_V1_AnUnsignedPushIsHeldAndLookedUpOnceUntilItsRecheck(t *testing.T) {
+	e := newEnv(t)
+	e.clock = &testClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	s := newSigning(e)
+	cfg := s.config()
+	d0 := e.seed()
+	s.key.SignBundle(t, s.ref(d0))
+	e.pinAll(cfg)
+	onTag := e.repo("api") + ":prod"
+
+	ctl := e.startRun(cfg, "--poll-interval", "300ms", "--poll-jitter", "0")
+	ctl.waitReady(t)
+	ctl.waitPasses(t, "control-plane", 0, 1)
+	d1 := e.push("api", "prod")
+	eventually(t, 30*time.Second, "the unsigned push reported", func() bool {
+		return len(logLines(ctl.Logs(), "WARN", d1, "verification policy release", "no signature found")) > 0
+	})
+	ctl.kickedPasses(t, e, "control-plane", "jobs-manager")
+	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
+		if got := e.image(w[0], w[1]); got != onTag+"@"+d0 {
+			t.Errorf("%s/%s on %s, want it held on %s", w[0], w[1], got, d0)
+		}
+	}
+	if n := ctl.verifications(t, "unverified"); n != 1 {
+		t.Errorf("the unsigned digest was looked up %d times over several passes, want once", n)
+	}
+	_, body := get("http://" + ctl.metrics + "/metrics")
+	if v, _ := metricValue(body, "image_refresh_group_needs_attention", map[string]string{"group": "control-plane", "reason": "DigestUnverified"}); v != "1" {
+		t.Errorf("needs_attention{reason=DigestUnverified} = %q, want 1", v)
+	}
+
+	// Signed now; the recheck is a minute away on the clock: still held.
+	s.key.SignBundle(t, s.ref(d1))
+	ctl.kickedPasses(t, e, "control-plane", "jobs-manager")
+	if got := e.image("requests-proxy", "proxy"); got != onTag+"@"+d0 {
+		t.Errorf("before its recheck requests-proxy moved to %s", got)
+	}
+	e.clock.Add(2 * time.Minute)
+	eventually(t, 60*time.Second, "the signed digest rolled after its recheck", func() bool {
+		return e.image("requests-proxy", "proxy") == onTag+"@"+d1 && e.image("jobs-manager", "api") == onTag+"@"+d1
+	})
+	if n := ctl.verifications(t, "verified"); n != 1 {
+		t.Errorf("verified lookups %d, want 1", n)
+	}
+}

@@ -1,0 +1,332 @@
+package config
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/image-refresh/image-refresh/internal/imageref"
+)
+
+// VerificationPolicy says which signatures a digest of the matching
+// repositories needs before it is pinned or recorded (SPEC V1).
+type VerificationPolicy struct {
+	Name string `yaml:"name"`
+	// Repositories are globs over "host/path" (see MatchesRepository).
+	Repositories []string      `yaml:"repositories"`
+	Cosign       *CosignPolicy `yaml:"cosign,omitempty"`
+	// notation is set when the file names notation, which is refused for
+	// now; a returned Config never has it.
+	notation bool
+}
+
+// CosignPolicy is cosign verification with public keys: a digest is
+// verified when a signature bound to it verifies with any one of the keys
+// (several keys: a rotation).
+type CosignPolicy struct {
+	// PublicKeys are PEM files; a relative path is relative to the working
+	// directory.
+	PublicKeys []string `yaml:"publicKeys"`
+	// Keys are PublicKeys read and parsed, in the same order. Load fills
+	// them; Parse cannot (it has no filesystem access).
+	Keys []PublicKey `yaml:"-"`
+	// keyless is set when the file names cosign.keyless, refused for now.
+	keyless bool
+}
+
+// PublicKey is one parsed key of a policy and the file it came from, which
+// names it in a verdict.
+type PublicKey struct {
+	File string
+	Key  crypto.PublicKey
+}
+
+// Fingerprint names the policy's trust material in a few characters: a
+// verification remembered under one fingerprint does not count once the
+// keys changed (a compromised key removed), V1.
+func (p *VerificationPolicy) Fingerprint() string {
+	h := sha256.New()
+	if p.Cosign != nil {
+		for _, k := range p.Cosign.Keys {
+			der, err := x509.MarshalPKIXPublicKey(k.Key)
+			if err != nil {
+				der = []byte(k.File)
+			}
+			h.Write(der)
+			h.Write([]byte{0})
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// VerificationFor returns the policy of repository: the first one, in the
+// order of the file, with a glob that matches it.
+func (c *Config) VerificationFor(repository string) (*VerificationPolicy, bool) {
+	for i := range c.Verification {
+		if c.Verification[i].MatchesRepository(repository) {
+			return &c.Verification[i], true
+		}
+	}
+	return nil, false
+}
+
+// MatchesRepository reports whether one of the policy's globs matches
+// repository. Both are compared as an image reference reads them
+// ("docker.io/acme/api" is "index.docker.io/acme/api"). A glob is
+// path.Match syntax, where "*" stays within one path segment; a glob that
+// ends in "/**" also matches every repository below its prefix, at any
+// depth.
+func (p *VerificationPolicy) MatchesRepository(repository string) bool {
+	repo, err := imageref.CanonicalRepository(repository)
+	if err != nil {
+		return false
+	}
+	for _, g := range p.Repositories {
+		if matchRepository(canonicalGlob(g), repo) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchRepository(glob, repo string) bool {
+	if prefix, ok := strings.CutSuffix(glob, "/**"); ok {
+		// The prefix matches the repository's leading segments.
+		segs := strings.Split(repo, "/")
+		n := strings.Count(prefix, "/") + 1
+		if len(segs) <= n {
+			return false
+		}
+		ok, err := path.Match(prefix, strings.Join(segs[:n], "/"))
+		return ok && err == nil
+	}
+	ok, err := path.Match(glob, repo)
+	return ok && err == nil
+}
+
+// canonicalGlob spells the host of glob as go-containerregistry does, so
+// that "docker.io/acme/*" matches Docker Hub's "index.docker.io/acme/api".
+func canonicalGlob(glob string) string {
+	host, rest, _ := strings.Cut(glob, "/")
+	if strings.EqualFold(host, "docker.io") {
+		return "index.docker.io/" + rest
+	}
+	return glob
+}
+
+// checkGlob says what is wrong with a repositories glob, or "".
+func checkGlob(glob string) string {
+	if glob == "" {
+		return "empty glob"
+	}
+	host, rest, ok := strings.Cut(glob, "/")
+	if !ok || rest == "" {
+		return fmt.Sprintf("%q names no path: write host/path, e.g. \"registry.example.com/acme/*\" or \"registry.example.com/acme/**\"", glob)
+	}
+	if strings.ContainsAny(glob, "@ \t\r\n") || strings.Contains(rest, ":") {
+		return fmt.Sprintf("%q is not a glob over host/path (no tag, no digest)", glob)
+	}
+	if !strings.ContainsAny(host, ".:*?[") && host != "localhost" {
+		return fmt.Sprintf("%q does not start with a registry host (with a dot, a port or \"localhost\"; Docker Hub is \"docker.io/…\")", glob)
+	}
+	body := strings.TrimSuffix(glob, "/**")
+	if strings.Contains(body, "**") {
+		return fmt.Sprintf("%q: \"**\" is only allowed as the last path segment (\"/**\")", glob)
+	}
+	if _, err := path.Match(body, ""); err != nil {
+		return fmt.Sprintf("%q is not a valid glob: %v", glob, err)
+	}
+	return ""
+}
+
+func (d *decoder) verificationPolicy(path string, n *yaml.Node, p *VerificationPolicy) {
+	d.mapping(path, n, map[string]fieldFunc{
+		"name": d.str(&p.Name),
+		"repositories": func(path string, n *yaml.Node) {
+			d.strings(path, n, &p.Repositories)
+		},
+		"cosign": func(path string, n *yaml.Node) {
+			p.Cosign = &CosignPolicy{}
+			d.mapping(path, n, map[string]fieldFunc{
+				"publicKeys": func(path string, n *yaml.Node) {
+					d.strings(path, n, &p.Cosign.PublicKeys)
+				},
+				// Known, so that validation can say it is not supported
+				// yet rather than "unknown key".
+				"keyless": func(string, *yaml.Node) { p.Cosign.keyless = true },
+			})
+		},
+		"notation": func(string, *yaml.Node) { p.notation = true },
+	})
+}
+
+// strings decodes a list of strings; each item keeps its line.
+func (d *decoder) strings(path string, n *yaml.Node, dst *[]string) {
+	if !d.usable(path, n) || isNull(n) {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.fail(path, n, "expected a list of strings, got %s", describe(n))
+		return
+	}
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.lines[p] = item.Line
+		var s string
+		d.str(&s)(p, item)
+		*dst = append(*dst, s)
+	}
+}
+
+// policyPath names a field of verification[i] with the policy's name, so
+// that a message says which policy it is about.
+func policyPath(i int, name, field string) (named, plain string) {
+	plain = fmt.Sprintf("verification[%d]", i)
+	named = plain
+	if name != "" {
+		named += " (" + name + ")"
+	}
+	if field != "" {
+		plain += "." + field
+		named += "." + field
+	}
+	return named, plain
+}
+
+// policyErrorf reports a problem at a field of verification[i].
+func (v *validator) policyErrorf(i int, name, field, format string, args ...any) {
+	named, plain := policyPath(i, name, field)
+	for p := plain; p != ""; p = parent(p) {
+		if v.failed[p] {
+			return
+		}
+	}
+	v.add(named, lineOf(v.lines, plain), fmt.Sprintf(format, args...))
+}
+
+func (v *validator) verification(policies []VerificationPolicy) {
+	names := map[string]int{}
+	for i, p := range policies {
+		switch {
+		case p.Name == "":
+			v.policyErrorf(i, "", "name", "missing")
+		case len(validation.IsDNS1123Label(p.Name)) > 0:
+			v.policyErrorf(i, "", "name", "%q is not a valid policy name (DNS-1123 label): %s",
+				p.Name, strings.Join(validation.IsDNS1123Label(p.Name), "; "))
+		default:
+			if j, dup := names[p.Name]; dup {
+				v.policyErrorf(i, p.Name, "name", "duplicate policy name (also verification[%d])", j)
+			}
+			names[p.Name] = i
+		}
+		if len(p.Repositories) == 0 {
+			v.policyErrorf(i, p.Name, "repositories", "at least one glob over host/path is required")
+		}
+		for k, g := range p.Repositories {
+			if msg := checkGlob(g); msg != "" {
+				v.policyErrorf(i, p.Name, fmt.Sprintf("repositories[%d]", k), "%s", msg)
+			}
+		}
+		v.verifier(i, p)
+	}
+}
+
+// verifier checks that the policy names exactly one verifier, and one that
+// is supported.
+func (v *validator) verifier(i int, p VerificationPolicy) {
+	if p.notation {
+		v.policyErrorf(i, p.Name, "notation", "Notation verification is not supported yet; use cosign.publicKeys (V1)")
+	}
+	if p.Cosign == nil {
+		if !p.notation {
+			v.policyErrorf(i, p.Name, "", "missing a verifier: give cosign.publicKeys")
+		}
+		return
+	}
+	if p.notation {
+		v.policyErrorf(i, p.Name, "", "give exactly one of cosign, notation")
+	}
+	if p.Cosign.keyless {
+		v.policyErrorf(i, p.Name, "cosign.keyless", "keyless cosign verification is not supported yet; use cosign.publicKeys (V1)")
+		return
+	}
+	if len(p.Cosign.PublicKeys) == 0 {
+		v.policyErrorf(i, p.Name, "cosign.publicKeys", "at least one PEM public key file is required")
+	}
+	files := map[string]int{}
+	for k, f := range p.Cosign.PublicKeys {
+		field := fmt.Sprintf("cosign.publicKeys[%d]", k)
+		if f == "" {
+			v.policyErrorf(i, p.Name, field, "empty file name")
+			continue
+		}
+		if j, dup := files[f]; dup {
+			v.policyErrorf(i, p.Name, field, "%s is listed twice (also publicKeys[%d])", f, j)
+		}
+		files[f] = k
+	}
+}
+
+// loadKeys reads and parses every public key file of c's policies into
+// CosignPolicy.Keys, and reports each one that fails at its field.
+func (c *Config) loadKeys(lines map[string]int) []error {
+	var errs []error
+	for i := range c.Verification {
+		p := &c.Verification[i]
+		if p.Cosign == nil {
+			continue
+		}
+		p.Cosign.Keys = nil
+		for k, f := range p.Cosign.PublicKeys {
+			if f == "" {
+				continue // reported by validation
+			}
+			key, msg := readPublicKey(f)
+			if msg != "" {
+				named, plain := policyPath(i, p.Name, fmt.Sprintf("cosign.publicKeys[%d]", k))
+				errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
+				continue
+			}
+			p.Cosign.Keys = append(p.Cosign.Keys, PublicKey{File: f, Key: key})
+		}
+	}
+	return errs
+}
+
+// readPublicKey reads a PEM "PUBLIC KEY" (PKIX: what cosign generate-key-pair
+// writes as cosign.pub) of ECDSA, RSA or Ed25519.
+func readPublicKey(file string) (crypto.PublicKey, string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Sprintf("cannot read public key: %v", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Sprintf("%s holds no PEM block", file)
+	}
+	if block.Type != "PUBLIC KEY" {
+		return nil, fmt.Sprintf("%s holds a PEM %q, not a \"PUBLIC KEY\" (give the public half, e.g. cosign.pub)", file, block.Type)
+	}
+	key, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Sprintf("%s: not a public key: %v", file, err)
+	}
+	switch key.(type) {
+	case *ecdsa.PublicKey, *rsa.PublicKey, ed25519.PublicKey:
+		return key, ""
+	default:
+		return nil, fmt.Sprintf("%s: a %T is not supported (ECDSA, RSA or Ed25519)", file, key)
+	}
+}

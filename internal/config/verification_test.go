@@ -1,0 +1,234 @@
+package config
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeKey writes a fresh ECDSA P-256 public key as cosign.pub does and
+// returns its path.
+func writeKey(t *testing.T, dir, name string) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func writeConfig(t *testing.T, dir, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoad_V1_ReadsAndParsesEveryPolicysPublicKeys(t *testing.T) {
+	dir := t.TempDir()
+	k1, k2 := writeKey(t, dir, "old.pub"), writeKey(t, dir, "new.pub")
+	edPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(edPub)
+	k3 := filepath.Join(dir, "ed.pub")
+	if err := os.WriteFile(k3, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(writeConfig(t, dir, `verification:
+  - name: prod-keys
+    repositories: ["registry.example.com/acme/**", "docker.io/acme/api"]
+    cosign:
+      publicKeys: [`+k1+`, `+k2+`]
+  - name: lab
+    repositories: ["127.0.0.1:5000/*"]
+    cosign: {publicKeys: [`+k3+`]}
+`+group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Verification) != 2 {
+		t.Fatalf("want 2 policies, got %+v", c.Verification)
+	}
+	keys := c.Verification[0].Cosign.Keys
+	if len(keys) != 2 || keys[0].File != k1 || keys[1].File != k2 {
+		t.Fatalf("prod-keys: want the keys of %s and %s in order, got %+v", k1, k2, keys)
+	}
+	if _, ok := keys[0].Key.(*ecdsa.PublicKey); !ok {
+		t.Errorf("want an ECDSA key, got %T", keys[0].Key)
+	}
+	if k := c.Verification[1].Cosign.Keys; len(k) != 1 {
+		t.Errorf("lab: want one Ed25519 key, got %+v", k)
+	} else if _, ok := k[0].Key.(ed25519.PublicKey); !ok {
+		t.Errorf("lab: want an Ed25519 key, got %T", k[0].Key)
+	}
+}
+
+func TestLoad_V1_AnUnusableKeyFileNamesThePolicyAndFieldAndNothingApplies(t *testing.T) {
+	dir := t.TempDir()
+	good := writeKey(t, dir, "good.pub")
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(dir, "cosign.key")
+	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: []byte("x")}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		key  string
+		want []string
+	}{
+		{"a missing file is rejected", filepath.Join(dir, "missing.pub"),
+			[]string{"verification[0] (prod-keys).cosign.publicKeys[1]: cannot read public key", "(line 5)"}},
+		{"a file without PEM is rejected", notPEM,
+			[]string{"verification[0] (prod-keys).cosign.publicKeys[1]:", "holds no PEM block"}},
+		{"a private key is rejected", private,
+			[]string{"verification[0] (prod-keys).cosign.publicKeys[1]:", `"ENCRYPTED SIGSTORE PRIVATE KEY", not a "PUBLIC KEY"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(writeConfig(t, dir, `verification:
+  - name: prod-keys
+    repositories: ["registry.example.com/acme/*"]
+    cosign:
+      publicKeys: [`+good+`, `+tt.key+`]
+`+group))
+			if c != nil || err == nil {
+				t.Fatalf("want no config and an error, got %+v, %v", c, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Errorf("want a *FieldError, got %T", err)
+			}
+		})
+	}
+}
+
+func TestParse_V1_RejectsEveryInvalidPolicyNamingThePolicyAndField(t *testing.T) {
+	policy := func(body string) string { return "verification:\n  - name: prod-keys\n" + body + group }
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"keyless is refused as not supported yet, not silently accepted",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign:\n      keyless: [{issuer: https://issuer, subject: me}]\n"),
+			[]string{"verification[0] (prod-keys).cosign.keyless: keyless cosign verification is not supported yet", "(line 5)"}},
+		{"notation is refused as not supported yet, not silently accepted",
+			policy("    repositories: [registry.example.com/acme/*]\n    notation: {certificates: [ca.pem]}\n"),
+			[]string{"verification[0] (prod-keys).notation: Notation verification is not supported yet", "(line 4)"}},
+		{"a policy with two verifiers is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign: {publicKeys: [a.pub]}\n    notation: {}\n"),
+			[]string{"verification[0] (prod-keys): give exactly one of cosign, notation"}},
+		{"a policy without a verifier is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n"),
+			[]string{"verification[0] (prod-keys): missing a verifier"}},
+		{"a cosign policy without keys is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign: {}\n"),
+			[]string{"verification[0] (prod-keys).cosign.publicKeys: at least one PEM public key file is required"}},
+		{"a key listed twice is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign: {publicKeys: [a.pub, a.pub]}\n"),
+			[]string{"verification[0] (prod-keys).cosign.publicKeys[1]: a.pub is listed twice"}},
+		{"a policy without repositories is rejected",
+			policy("    cosign: {publicKeys: [a.pub]}\n"),
+			[]string{"verification[0] (prod-keys).repositories: at least one glob"}},
+		{"a glob with a tag is rejected",
+			policy("    repositories: [registry.example.com/acme/api:prod]\n    cosign: {publicKeys: [a.pub]}\n"),
+			[]string{"verification[0] (prod-keys).repositories[0]:", "no tag, no digest"}},
+		{"a glob without a host is rejected",
+			policy("    repositories: [acme/api]\n    cosign: {publicKeys: [a.pub]}\n"),
+			[]string{"verification[0] (prod-keys).repositories[0]:", "does not start with a registry host"}},
+		{"a malformed glob is rejected",
+			policy("    repositories: [\"registry.example.com/acme/[\"]\n    cosign: {publicKeys: [a.pub]}\n"),
+			[]string{"verification[0] (prod-keys).repositories[0]:", "not a valid glob"}},
+		{"** inside a glob is rejected",
+			policy("    repositories: [\"registry.example.com/**/api\"]\n    cosign: {publicKeys: [a.pub]}\n"),
+			[]string{"verification[0] (prod-keys).repositories[0]:", `only allowed as the last path segment`}},
+		{"an unknown key in a policy is rejected with its path",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign: {publicKeys: [a.pub], key: a.pub}\n"),
+			[]string{`verification[0].cosign: unknown key "key"`}},
+		{"a policy without a name is rejected",
+			"verification:\n  - repositories: [registry.example.com/acme/*]\n    cosign: {publicKeys: [a.pub]}\n" + group,
+			[]string{"verification[0].name: missing"}},
+		{"two policies with one name are rejected",
+			"verification:\n" +
+				"  - {name: p, repositories: [a.example/x], cosign: {publicKeys: [a.pub]}}\n" +
+				"  - {name: p, repositories: [b.example/x], cosign: {publicKeys: [a.pub]}}\n" + group,
+			[]string{"verification[1] (p).name: duplicate policy name (also verification[0])"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml), "v1.yaml")
+			if c != nil || err == nil {
+				t.Fatalf("want no config and an error, got %+v, %v", c, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestVerificationFor_V1_MatchesGlobsOverHostAndPathFirstPolicyWins(t *testing.T) {
+	c := &Config{Verification: []VerificationPolicy{
+		{Name: "api", Repositories: []string{"registry.example.com/acme/api"}},
+		{Name: "acme", Repositories: []string{"registry.example.com/acme/*"}},
+		{Name: "deep", Repositories: []string{"registry.example.com/deep/**"}},
+		{Name: "hub", Repositories: []string{"docker.io/library/*"}},
+		{Name: "lab", Repositories: []string{"127.0.0.1:*/*"}},
+	}}
+	tests := []struct {
+		repo string
+		want string // "" for none
+	}{
+		{"registry.example.com/acme/api", "api"},
+		{"registry.example.com/acme/web", "acme"},
+		{"registry.example.com/acme/team/web", ""}, // * stays within a segment
+		{"registry.example.com/deep/a", "deep"},
+		{"registry.example.com/deep/a/b/c", "deep"},
+		{"registry.example.com/deep", ""},
+		{"nginx", "hub"},
+		{"index.docker.io/library/nginx", "hub"},
+		{"docker.io/acme/api", ""},
+		{"127.0.0.1:5000/app", "lab"},
+		{"other.example.com/acme/api", ""},
+	}
+	for _, tt := range tests {
+		p, ok := c.VerificationFor(tt.repo)
+		got := ""
+		if ok {
+			got = p.Name
+		}
+		if got != tt.want {
+			t.Errorf("VerificationFor(%q) = %q, want %q", tt.repo, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package registry
+
+import (
+	"context"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/verify"
+)
+
+// Signatures verifies the signatures of repository@digest against policy
+// (V1) through the repository's session: its credential, the host's
+// transport and TLS settings, no hidden retries, bounded by one
+// Options.Timeout for the whole lookup. A registry that could not be read
+// is an *Error, a read failure like any other (R1's streak), never a
+// verdict. Callers verify a digest once per policy, before it is first
+// recorded or pinned, never per poll (C2).
+func (r *Resolver) Signatures(ctx context.Context, repository, digest string, policy *config.VerificationPolicy, kc authn.Keychain) (verify.Verdict, error) {
+	ref, route, err := r.digestRef(repository, digest)
+	if err != nil {
+		return verify.Verdict{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	sess, err := r.puller(ctx, ref.Context(), route, kc)
+	if err != nil {
+		return verify.Verdict{}, getFailure(ctx, ref.String(), err)
+	}
+	v, err := verify.Verify(ctx, ref, policy, remote.Reuse(sess.puller))
+	r.settle(ref.Context(), sess, err)
+	if err != nil {
+		return v, getFailure(ctx, ref.String(), err)
+	}
+	return v, nil
+}

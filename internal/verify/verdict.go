@@ -1,0 +1,87 @@
+package verify
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Format is how a signature is stored in the registry.
+type Format string
+
+const (
+	// FormatBundle is a Sigstore bundle attached to the digest as an OCI
+	// referrer (cosign v3), found through the referrers API or its
+	// sha256-<hex> tag fallback.
+	FormatBundle Format = "bundle"
+	// FormatLegacy is a layer of the manifest at the tag sha256-<hex>.sig
+	// (cosign before v3): a simple-signing payload and its signature.
+	FormatLegacy Format = "legacy"
+)
+
+// Reason says why a signature found did not verify the digest.
+type Reason string
+
+const (
+	// WrongKey: the signature does not verify with any key of the policy
+	// (or it was made with a certificate, keyless, and the policy has keys).
+	WrongKey Reason = "wrong-key"
+	// OtherDigest: a valid-looking signature whose signed content names
+	// another digest, e.g. copied from another image.
+	OtherDigest Reason = "bound-to-another-digest"
+	// NotASignature: a signed attestation that is not an image signature,
+	// e.g. an SBOM; cosign v3 accepts any valid bundle, V1 does not.
+	NotASignature Reason = "not-a-signature"
+	// Malformed: the signature or its envelope cannot be read.
+	Malformed Reason = "malformed"
+)
+
+// Signature is one signature found for a digest, and what became of it.
+type Signature struct {
+	Format Format
+	// Source says where it was found: "referrer sha256:…" or
+	// "sha256-<hex>.sig layer 0".
+	Source string
+	// Key is the public key file that verified it; "" when rejected.
+	Key string
+	// Reason and Detail say why it was rejected; "" when it verified.
+	Reason Reason
+	Detail string
+}
+
+func (s Signature) String() string {
+	if s.Reason == "" {
+		return fmt.Sprintf("%s signature %s verified with %s", s.Format, s.Source, s.Key)
+	}
+	return fmt.Sprintf("%s signature %s: %s (%s)", s.Format, s.Source, s.Reason, s.Detail)
+}
+
+// Verdict is the outcome of verifying one digest against one policy. A
+// registry that could not be read is not a verdict: Verify returns an error.
+type Verdict struct {
+	// Digest is "repository@sha256:…".
+	Digest string
+	Policy string
+	// Verified: a signature bound to Digest verified with one of the
+	// policy's keys; By is that signature.
+	Verified bool
+	By       Signature
+	// Rejected lists every signature looked at that did not verify, in the
+	// order found. Empty with Verified false: no signature was found.
+	Rejected []Signature
+}
+
+// String is the verdict in one line for a log, an Event or a status row.
+func (v Verdict) String() string {
+	if v.Verified {
+		return fmt.Sprintf("%s verified by policy %s: %s", v.Digest, v.Policy, v.By)
+	}
+	if len(v.Rejected) == 0 {
+		return fmt.Sprintf("%s unverified by policy %s: no signature found", v.Digest, v.Policy)
+	}
+	parts := make([]string, len(v.Rejected))
+	for i, s := range v.Rejected {
+		parts[i] = s.String()
+	}
+	return fmt.Sprintf("%s unverified by policy %s: %d signature(s) rejected: %s",
+		v.Digest, v.Policy, len(v.Rejected), strings.Join(parts, "; "))
+}

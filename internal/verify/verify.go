@@ -1,0 +1,351 @@
+// Package verify checks that an image digest is signed before it is pinned
+// or recorded (SPEC V1). A digest verifies against a policy when a cosign
+// signature made with one of the policy's public keys is bound to it, found
+// either as a Sigstore bundle among its OCI referrers (cosign v3; the
+// referrers API, or the sha256-<hex> tag for a registry without it) or as a
+// legacy signature at the tag sha256-<hex>.sig. A signature counts only when
+// its signed content names this digest and it is an image signature: cosign
+// v3 accepts any valid bundle, an SBOM attestation included; V1 does not.
+//
+// The registry is read with go-containerregistry and the caller's remote
+// options (auth, the host's transport). A registry that cannot be read is an
+// error, never a verdict: a read failure (R1), not "unverified".
+//
+// A lookup is a few GETs, no write: the referrers list (and its tag on a
+// registry without the API), the manifest and the blob of each bundle, the
+// .sig manifest and its payloads when no bundle verified. An unsigned digest
+// costs three, a bundle found through the referrers API three. Callers look
+// once per new digest and policy (digests are immutable), never per poll.
+package verify
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	sgverify "github.com/sigstore/sigstore-go/pkg/verify"
+	"github.com/sigstore/sigstore/pkg/signature"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+)
+
+const (
+	// maxBlobSize bounds a bundle or a legacy payload read: a signature is
+	// a few KiB, and an SBOM is not read past this.
+	maxBlobSize = 1 << 20
+	// maxCandidates bounds the signatures looked at per format, so that a
+	// repository with many attachments costs a bounded number of requests.
+	maxCandidates = 32
+	// emptyMediaType is the config of an OCI artifact without one.
+	emptyMediaType = "application/vnd.oci.empty.v1+json"
+)
+
+// Verify looks for the signatures of ref's digest and checks them against
+// policy's keys (config.Load read them). opts reach the registry (auth,
+// transport); ctx bounds every call. It stops at the first signature that
+// verifies, bundles first. The error is a registry read that failed (5xx,
+// timeout, 401, a network error: wrapped, for registry.Classify) or a policy
+// without keys; a missing or invalid signature is a Verdict.
+func Verify(ctx context.Context, ref name.Digest, policy *config.VerificationPolicy, opts ...remote.Option) (Verdict, error) {
+	v := Verdict{Digest: ref.String()}
+	if policy == nil {
+		return v, errors.New("verify: no policy")
+	}
+	v.Policy = policy.Name
+	keys, err := newKeys(policy)
+	if err != nil {
+		return v, err
+	}
+	want, err := v1.NewHash(ref.DigestStr())
+	if err != nil {
+		return v, fmt.Errorf("verify %s: %w", ref, err)
+	}
+	opts = append(opts[:len(opts):len(opts)], remote.WithContext(ctx))
+	l := &lookup{ref: ref, want: want, keys: keys, opts: opts, verdict: &v}
+	if err := l.bundles(); err != nil {
+		return v, err
+	}
+	if !v.Verified {
+		if err := l.legacy(); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// key is one public key of the policy, ready for both formats.
+type key struct {
+	file string
+	// bundles verifies Sigstore bundles: the key is the only trusted
+	// material, whatever key hint a bundle carries.
+	bundles *sgverify.Verifier
+	// legacy verifies a legacy payload's signature as cosign does (SHA-256).
+	legacy signature.Verifier
+}
+
+func newKeys(policy *config.VerificationPolicy) ([]key, error) {
+	if policy.Cosign == nil || len(policy.Cosign.Keys) == 0 {
+		return nil, fmt.Errorf("verification policy %s has no public keys loaded (config.Load reads them)", policy.Name)
+	}
+	keys := make([]key, 0, len(policy.Cosign.Keys))
+	for _, k := range policy.Cosign.Keys {
+		byDefault, err := signature.LoadDefaultVerifier(k.Key)
+		if err != nil {
+			return nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
+		}
+		material := root.NewTrustedPublicKeyMaterial(func(string) (root.TimeConstrainedVerifier, error) {
+			// No validity period: the policy lists the keys it trusts.
+			return root.NewExpiringKey(byDefault, time.Time{}, time.Time{}), nil
+		})
+		// No transparency log or timestamp is required: the key is the
+		// trust, as with cosign verify --key --insecure-ignore-tlog.
+		bv, err := sgverify.NewVerifier(material, sgverify.WithNoObserverTimestamps())
+		if err != nil {
+			return nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
+		}
+		lv, err := signature.LoadVerifier(k.Key, crypto.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
+		}
+		keys = append(keys, key{file: k.File, bundles: bv, legacy: lv})
+	}
+	return keys, nil
+}
+
+// lookup is one Verify call.
+type lookup struct {
+	ref     name.Digest
+	want    v1.Hash
+	keys    []key
+	opts    []remote.Option
+	verdict *Verdict
+}
+
+func (l *lookup) rejected(f Format, source string, r *rejection) {
+	l.verdict.Rejected = append(l.verdict.Rejected, Signature{Format: f, Source: source, Reason: r.reason, Detail: r.detail})
+}
+
+func (l *lookup) verified(f Format, source, keyFile string) {
+	l.verdict.Verified = true
+	l.verdict.By = Signature{Format: f, Source: source, Key: keyFile}
+}
+
+// bundles checks the Sigstore bundles among the digest's referrers.
+func (l *lookup) bundles() error {
+	idx, err := remote.Referrers(l.ref, l.opts...)
+	if err != nil {
+		return fmt.Errorf("list the referrers of %s: %w", l.ref, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("list the referrers of %s: %w", l.ref, err)
+	}
+	n := 0
+	for _, d := range m.Manifests {
+		switch {
+		case strings.HasPrefix(d.ArtifactType, BundleMediaTypePrefix):
+		case d.ArtifactType == "" || d.ArtifactType == emptyMediaType:
+			// Some registries name the config's media type (cosign's is
+			// the empty one) instead of the manifest's artifactType: the
+			// manifest says what it is.
+		default:
+			continue // another artifact (an SBOM document, a Notation signature): not ours
+		}
+		source := "referrer " + d.Digest.String()
+		// The annotation is only trusted to refuse: an attestation that
+		// says it is not a signature is not downloaded.
+		if pt, ok := d.Annotations[BundlePredicateAnnotation]; ok && pt != SignPredicateType {
+			l.rejected(FormatBundle, source, reject(NotASignature, "%s (by its annotation)", describePredicate(pt)))
+			continue
+		}
+		if n++; n > maxCandidates {
+			l.rejected(FormatBundle, source, reject(Malformed, "not read: more than %d bundles are attached", maxCandidates))
+			return nil
+		}
+		data, r, err := l.bundleBlob(d)
+		if err != nil {
+			return err
+		}
+		if data == nil && r == nil {
+			continue // not a bundle after all
+		}
+		if r == nil {
+			r = l.checkBundle(source, data)
+		}
+		if r != nil {
+			l.rejected(FormatBundle, source, r)
+			continue
+		}
+		return nil // verified
+	}
+	return nil
+}
+
+// bundleBlob reads the bundle layer of the referrer d; nil and no rejection
+// when d is not a bundle.
+func (l *lookup) bundleBlob(d v1.Descriptor) ([]byte, *rejection, error) {
+	ref := l.ref.Context().Digest(d.Digest.String())
+	img, err := remote.Image(ref, l.opts...)
+	if err != nil {
+		if notFound(err) {
+			return nil, reject(Malformed, "listed, but its manifest is not found"), nil
+		}
+		return nil, nil, fmt.Errorf("read the signature bundle %s: %w", ref, err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, reject(Malformed, "its manifest does not parse: %v", err), nil
+	}
+	for _, layer := range m.Layers {
+		if !strings.HasPrefix(string(layer.MediaType), BundleMediaTypePrefix) {
+			continue
+		}
+		data, r, err := readBlob(img, layer)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the signature bundle %s: %w", ref, err)
+		}
+		return data, r, nil
+	}
+	if strings.HasPrefix(m.ArtifactType, BundleMediaTypePrefix) {
+		return nil, reject(Malformed, "its manifest has no %s layer", BundleMediaTypePrefix), nil
+	}
+	return nil, nil, nil
+}
+
+// checkBundle verifies one bundle; nil when it verified.
+func (l *lookup) checkBundle(source string, data []byte) *rejection {
+	b, r := parseBundle(data, l.want)
+	if r != nil {
+		return r
+	}
+	if vc, err := b.VerificationContent(); err != nil {
+		return reject(Malformed, "its verification material: %v", err)
+	} else if vc.Certificate() != nil {
+		return reject(WrongKey, "it is signed with a certificate (keyless), and the policy trusts keys")
+	}
+	digest, err := hex.DecodeString(l.want.Hex)
+	if err != nil {
+		return reject(Malformed, "digest %s: %v", l.want, err)
+	}
+	var errs []string
+	for _, k := range l.keys {
+		policy := sgverify.NewPolicy(sgverify.WithArtifactDigest(l.want.Algorithm, digest), sgverify.WithKey())
+		if _, err := k.bundles.Verify(b, policy); err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", k.file, err))
+			continue
+		}
+		l.verified(FormatBundle, source, k.file)
+		return nil
+	}
+	return reject(WrongKey, "no key of the policy verifies it: %s", strings.Join(errs, "; "))
+}
+
+// legacy checks the layers of the manifest at sha256-<hex>.sig.
+func (l *lookup) legacy() error {
+	tag := l.ref.Context().Tag(strings.Replace(l.ref.DigestStr(), ":", "-", 1) + ".sig")
+	img, err := remote.Image(tag, l.opts...)
+	if err != nil {
+		if notFound(err) {
+			return nil // no legacy signature
+		}
+		return fmt.Errorf("read the legacy signatures %s: %w", tag, err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		l.rejected(FormatLegacy, tag.TagStr(), reject(Malformed, "its manifest does not parse: %v", err))
+		return nil
+	}
+	for i, layer := range m.Layers {
+		source := fmt.Sprintf("%s layer %d", tag.TagStr(), i)
+		if i >= maxCandidates {
+			l.rejected(FormatLegacy, source, reject(Malformed, "not read: more than %d signatures", maxCandidates))
+			return nil
+		}
+		if layer.MediaType != SimpleSigningMediaType {
+			l.rejected(FormatLegacy, source, reject(NotASignature, "a layer of media type %q", layer.MediaType))
+			continue
+		}
+		sig, err := base64.StdEncoding.DecodeString(layer.Annotations[SignatureAnnotation])
+		if err != nil || len(sig) == 0 {
+			l.rejected(FormatLegacy, source, reject(Malformed, "no base64 signature in the %s annotation", SignatureAnnotation))
+			continue
+		}
+		payload, r, err := readBlob(img, layer)
+		if err != nil {
+			return fmt.Errorf("read the legacy signature %s: %w", source, err)
+		}
+		if r == nil {
+			r = parseSimpleSigning(payload, l.want)
+		}
+		if r == nil {
+			r = l.checkLegacy(source, payload, sig)
+		}
+		if r != nil {
+			l.rejected(FormatLegacy, source, r)
+			continue
+		}
+		return nil // verified
+	}
+	return nil
+}
+
+func (l *lookup) checkLegacy(source string, payload, sig []byte) *rejection {
+	for _, k := range l.keys {
+		if k.legacy.VerifySignature(bytes.NewReader(sig), bytes.NewReader(payload)) == nil {
+			l.verified(FormatLegacy, source, k.file)
+			return nil
+		}
+	}
+	return reject(WrongKey, "no key of the policy verifies its signature")
+}
+
+// readBlob reads one layer of img, at most maxBlobSize; go-containerregistry
+// checks that the content matches its digest.
+func readBlob(img v1.Image, d v1.Descriptor) ([]byte, *rejection, error) {
+	if d.Size > maxBlobSize {
+		return nil, reject(Malformed, "its %d bytes exceed the %d a signature may have", d.Size, maxBlobSize), nil
+	}
+	layer, err := img.LayerByDigest(d.Digest)
+	if err != nil {
+		return nil, reject(Malformed, "layer %s: %v", d.Digest, err), nil
+	}
+	rc, err := layer.Compressed()
+	if err != nil {
+		if notFound(err) {
+			return nil, reject(Malformed, "its blob %s is not found", d.Digest), nil
+		}
+		return nil, nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxBlobSize+1))
+	if err != nil {
+		var terr *transport.Error
+		if errors.As(err, &terr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return nil, nil, err
+		}
+		// A content that does not hash to its digest, a short read.
+		return nil, reject(Malformed, "its blob %s: %v", d.Digest, err), nil
+	}
+	if len(data) > maxBlobSize {
+		return nil, reject(Malformed, "its blob exceeds the %d bytes a signature may have", maxBlobSize), nil
+	}
+	return data, nil, nil
+}
+
+func notFound(err error) bool {
+	var terr *transport.Error
+	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound
+}
