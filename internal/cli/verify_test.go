@@ -207,3 +207,40 @@ func TestRun_V1_AnUnsignedPushIsHeldAndLookedUpOnceUntilItsRecheck(t *testing.T)
 		t.Errorf("verified lookups %d, want 1", n)
 	}
 }
+
+func TestTick_V1_AKeylessSignatureCountsOnlyFromTheTrustedIdentity(t *testing.T) {
+	e := newEnv(t)
+	sig := testsign.NewSigstore(t)
+	rootFile := sig.WriteTrustedRoot(t, t.TempDir())
+	cfg := e.config(`verification:
+  - name: ci
+    repositories: ["{{reg}}/acme/api"]
+    cosign:
+      keyless:
+        - {issuer: "https://token.actions.example", subject: "release@acme.example"}
+      trustedRoot: ` + rootFile + "\n" + seedShape)
+	d0 := e.seed()
+	ref, err := name.NewDigest(e.repo("api")+"@"+d0, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sig.SignKeyless(t, ref, "https://token.actions.example", "mallory@acme.example")
+	code, logs := e.tick(cfg)
+	if code != 1 || len(logLines(logs, "WARN", d0, "verification policy ci", "wrong-identity", "mallory@acme.example")) == 0 {
+		t.Fatalf("signed by another identity: exit %d, want 1 with a WARN naming %s, the policy and the identity:\n%s", code, d0, logs)
+	}
+	if v, ok := e.annotations("jobs-manager")[e.key("last-refreshed-api-digest")]; ok {
+		t.Fatalf("a digest signed by another identity was recorded: %s", v)
+	}
+
+	sig.SignKeyless(t, ref, "https://token.actions.example", "release@acme.example")
+	for i := range 2 {
+		if code, logs := e.tick(cfg); code != 0 {
+			t.Fatalf("tick %d with the trusted identity's signature: exit %d:\n%s", i+1, code, logs)
+		}
+	}
+	if got, want := e.image("requests-proxy", "proxy"), e.repo("api")+":prod@"+d0; got != want {
+		t.Errorf("requests-proxy on %s, want %s", got, want)
+	}
+}

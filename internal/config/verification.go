@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"regexp"
 	"strings"
 
+	"github.com/sigstore/sigstore-go/pkg/root"
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -32,18 +34,35 @@ type VerificationPolicy struct {
 	notation bool
 }
 
-// CosignPolicy is cosign verification with public keys: a digest is
-// verified when a signature bound to it verifies with any one of the keys
-// (several keys: a rotation).
+// CosignPolicy is cosign verification with public keys, keyless
+// identities, or both: a digest is verified when a signature bound to it
+// verifies with any one of the keys (several keys: a rotation) or was made
+// by any one of the identities.
 type CosignPolicy struct {
 	// PublicKeys are PEM files; a relative path is relative to the working
 	// directory.
-	PublicKeys []string `yaml:"publicKeys"`
+	PublicKeys []string `yaml:"publicKeys,omitempty"`
 	// Keys are PublicKeys read and parsed, in the same order. Load fills
 	// them; Parse cannot (it has no filesystem access).
 	Keys []PublicKey `yaml:"-"`
-	// keyless is set when the file names cosign.keyless, refused for now.
-	keyless bool
+	// Keyless are the OIDC identities a keyless signature's certificate
+	// must name (Fulcio's issuer and subject).
+	Keyless []KeylessIdentity `yaml:"keyless,omitempty"`
+	// TrustedRoot is a Sigstore trusted root JSON file (Fulcio CAs, Rekor
+	// and CT logs, timestamp authorities); empty: the public-good
+	// instance's, shipped with the binary.
+	TrustedRoot string `yaml:"trustedRoot,omitempty"`
+	// TrustedRootJSON is TrustedRoot read by Load (nil: the default).
+	TrustedRootJSON []byte `yaml:"-"`
+}
+
+// KeylessIdentity is one signer a keyless policy trusts: the OIDC issuer
+// of its certificate and its subject (an email or a workflow URI), exactly
+// or by a regular expression.
+type KeylessIdentity struct {
+	Issuer        string `yaml:"issuer"`
+	Subject       string `yaml:"subject,omitempty"`
+	SubjectRegExp string `yaml:"subjectRegExp,omitempty"`
 }
 
 // PublicKey is one parsed key of a policy and the file it came from, which
@@ -67,6 +86,10 @@ func (p *VerificationPolicy) Fingerprint() string {
 			h.Write(der)
 			h.Write([]byte{0})
 		}
+		for _, id := range p.Cosign.Keyless {
+			fmt.Fprintf(h, "%q %q %q\x00", id.Issuer, id.Subject, id.SubjectRegExp)
+		}
+		h.Write(p.Cosign.TrustedRootJSON)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
@@ -163,13 +186,36 @@ func (d *decoder) verificationPolicy(path string, n *yaml.Node, p *VerificationP
 				"publicKeys": func(path string, n *yaml.Node) {
 					d.strings(path, n, &p.Cosign.PublicKeys)
 				},
-				// Known, so that validation can say it is not supported
-				// yet rather than "unknown key".
-				"keyless": func(string, *yaml.Node) { p.Cosign.keyless = true },
+				"keyless": func(path string, n *yaml.Node) {
+					d.keyless(path, n, &p.Cosign.Keyless)
+				},
+				"trustedRoot": d.str(&p.Cosign.TrustedRoot),
 			})
 		},
 		"notation": func(string, *yaml.Node) { p.notation = true },
 	})
+}
+
+// keyless decodes cosign.keyless: a list of identities.
+func (d *decoder) keyless(path string, n *yaml.Node, dst *[]KeylessIdentity) {
+	if !d.usable(path, n) || isNull(n) {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.fail(path, n, "expected a list of {issuer, subject | subjectRegExp}, got %s", describe(n))
+		return
+	}
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.lines[p] = item.Line
+		var id KeylessIdentity
+		d.mapping(p, item, map[string]fieldFunc{
+			"issuer":        d.str(&id.Issuer),
+			"subject":       d.str(&id.Subject),
+			"subjectRegExp": d.str(&id.SubjectRegExp),
+		})
+		*dst = append(*dst, id)
+	}
 }
 
 // strings decodes a list of strings; each item keeps its line.
@@ -251,19 +297,34 @@ func (v *validator) verifier(i int, p VerificationPolicy) {
 	}
 	if p.Cosign == nil {
 		if !p.notation {
-			v.policyErrorf(i, p.Name, "", "missing a verifier: give cosign.publicKeys")
+			v.policyErrorf(i, p.Name, "", "missing a verifier: give cosign.publicKeys or cosign.keyless")
 		}
 		return
 	}
 	if p.notation {
 		v.policyErrorf(i, p.Name, "", "give exactly one of cosign, notation")
 	}
-	if p.Cosign.keyless {
-		v.policyErrorf(i, p.Name, "cosign.keyless", "keyless cosign verification is not supported yet; use cosign.publicKeys (V1)")
-		return
+	if len(p.Cosign.PublicKeys) == 0 && len(p.Cosign.Keyless) == 0 {
+		v.policyErrorf(i, p.Name, "cosign", "give cosign.publicKeys (PEM public key files), cosign.keyless (OIDC identities), or both")
 	}
-	if len(p.Cosign.PublicKeys) == 0 {
-		v.policyErrorf(i, p.Name, "cosign.publicKeys", "at least one PEM public key file is required")
+	if p.Cosign.TrustedRoot != "" && len(p.Cosign.Keyless) == 0 {
+		v.policyErrorf(i, p.Name, "cosign.trustedRoot", "a trusted root is for keyless signatures: give cosign.keyless too")
+	}
+	for k, id := range p.Cosign.Keyless {
+		field := fmt.Sprintf("cosign.keyless[%d]", k)
+		if id.Issuer == "" {
+			v.policyErrorf(i, p.Name, field+".issuer", "missing: the OIDC issuer of the signer's certificate, e.g. https://token.actions.githubusercontent.com")
+		}
+		switch {
+		case id.Subject == "" && id.SubjectRegExp == "":
+			v.policyErrorf(i, p.Name, field, "give subject or subjectRegExp: the signer's identity (an email, a workflow URI)")
+		case id.Subject != "" && id.SubjectRegExp != "":
+			v.policyErrorf(i, p.Name, field, "give subject or subjectRegExp, not both")
+		case id.SubjectRegExp != "":
+			if _, err := regexp.Compile(id.SubjectRegExp); err != nil {
+				v.policyErrorf(i, p.Name, field+".subjectRegExp", "not a regular expression: %v", err)
+			}
+		}
 	}
 	files := map[string]int{}
 	for k, f := range p.Cosign.PublicKeys {
@@ -288,7 +349,15 @@ func (c *Config) loadKeys(lines map[string]int) []error {
 		if p.Cosign == nil {
 			continue
 		}
-		p.Cosign.Keys = nil
+		p.Cosign.Keys, p.Cosign.TrustedRootJSON = nil, nil
+		if f := p.Cosign.TrustedRoot; f != "" {
+			data, msg := readTrustedRoot(f)
+			if msg != "" {
+				named, plain := policyPath(i, p.Name, "cosign.trustedRoot")
+				errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
+			}
+			p.Cosign.TrustedRootJSON = data
+		}
 		for k, f := range p.Cosign.PublicKeys {
 			if f == "" {
 				continue // reported by validation
@@ -303,6 +372,20 @@ func (c *Config) loadKeys(lines map[string]int) []error {
 		}
 	}
 	return errs
+}
+
+// readTrustedRoot reads a Sigstore trusted root (JSON, what `cosign
+// trusted-root create` writes and the TUF repository serves as
+// trusted_root.json) and checks it parses as one.
+func readTrustedRoot(file string) ([]byte, string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Sprintf("cannot read trusted root: %v", err)
+	}
+	if _, err := root.NewTrustedRootFromJSON(data); err != nil {
+		return nil, fmt.Sprintf("%s: not a Sigstore trusted root: %v", file, err)
+	}
+	return data, ""
 }
 
 // readPublicKey reads a PEM "PUBLIC KEY" (PKIX: what cosign generate-key-pair

@@ -137,9 +137,21 @@ func TestParse_V1_RejectsEveryInvalidPolicyNamingThePolicyAndField(t *testing.T)
 		yaml string
 		want []string
 	}{
-		{"keyless is refused as not supported yet, not silently accepted",
-			policy("    repositories: [registry.example.com/acme/*]\n    cosign:\n      keyless: [{issuer: https://issuer, subject: me}]\n"),
-			[]string{"verification[0] (prod-keys).cosign.keyless: keyless cosign verification is not supported yet", "(line 5)"}},
+		{"a keyless identity without an issuer is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign:\n      keyless: [{subject: me}]\n"),
+			[]string{"verification[0] (prod-keys).cosign.keyless[0].issuer: missing"}},
+		{"a keyless identity without a subject is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign:\n      keyless: [{issuer: https://issuer}]\n"),
+			[]string{"verification[0] (prod-keys).cosign.keyless[0]: give subject or subjectRegExp"}},
+		{"a keyless identity with both subject forms is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign:\n      keyless: [{issuer: https://issuer, subject: me, subjectRegExp: m.*}]\n"),
+			[]string{"verification[0] (prod-keys).cosign.keyless[0]: give subject or subjectRegExp, not both"}},
+		{"a subjectRegExp that does not compile is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign:\n      keyless: [{issuer: https://issuer, subjectRegExp: \"a(\"}]\n"),
+			[]string{"verification[0] (prod-keys).cosign.keyless[0].subjectRegExp: not a regular expression"}},
+		{"a trusted root without keyless identities is rejected",
+			policy("    repositories: [registry.example.com/acme/*]\n    cosign: {publicKeys: [a.pub], trustedRoot: root.json}\n"),
+			[]string{"verification[0] (prod-keys).cosign.trustedRoot: a trusted root is for keyless signatures"}},
 		{"notation is refused as not supported yet, not silently accepted",
 			policy("    repositories: [registry.example.com/acme/*]\n    notation: {certificates: [ca.pem]}\n"),
 			[]string{"verification[0] (prod-keys).notation: Notation verification is not supported yet", "(line 4)"}},
@@ -149,9 +161,9 @@ func TestParse_V1_RejectsEveryInvalidPolicyNamingThePolicyAndField(t *testing.T)
 		{"a policy without a verifier is rejected",
 			policy("    repositories: [registry.example.com/acme/*]\n"),
 			[]string{"verification[0] (prod-keys): missing a verifier"}},
-		{"a cosign policy without keys is rejected",
+		{"a cosign policy without keys or identities is rejected",
 			policy("    repositories: [registry.example.com/acme/*]\n    cosign: {}\n"),
-			[]string{"verification[0] (prod-keys).cosign.publicKeys: at least one PEM public key file is required"}},
+			[]string{"verification[0] (prod-keys).cosign: give cosign.publicKeys (PEM public key files), cosign.keyless (OIDC identities), or both"}},
 		{"a key listed twice is rejected",
 			policy("    repositories: [registry.example.com/acme/*]\n    cosign: {publicKeys: [a.pub, a.pub]}\n"),
 			[]string{"verification[0] (prod-keys).cosign.publicKeys[1]: a.pub is listed twice"}},
@@ -229,6 +241,42 @@ func TestVerificationFor_V1_MatchesGlobsOverHostAndPathFirstPolicyWins(t *testin
 		}
 		if got != tt.want {
 			t.Errorf("VerificationFor(%q) = %q, want %q", tt.repo, got, tt.want)
+		}
+	}
+}
+
+func TestLoad_V1_AKeylessPolicyReadsItsTrustedRootAndNamesABadOne(t *testing.T) {
+	dir := t.TempDir()
+	body := func(rootFile string) string {
+		return `verification:
+  - name: ci
+    repositories: ["registry.example.com/acme/*"]
+    cosign:
+      keyless: [{issuer: "https://token.actions.githubusercontent.com", subjectRegExp: "^https://github.com/acme/"}]
+      trustedRoot: ` + rootFile + "\n" + group
+	}
+	good, err := filepath.Abs(filepath.Join("..", "verify", "publicgood", "trusted_root.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(writeConfig(t, dir, body(good)))
+	if err != nil {
+		t.Fatalf("a valid trusted root: %v", err)
+	}
+	if p := c.Verification[0]; len(p.Cosign.TrustedRootJSON) == 0 || len(p.Cosign.Keyless) != 1 {
+		t.Errorf("policy %+v: the trusted root or the identity was not read", p.Cosign)
+	}
+	notRoot := filepath.Join(dir, "not-a-root.json")
+	if err := os.WriteFile(notRoot, []byte(`{"mediaType": "something else"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{filepath.Join(dir, "missing.json"), "cannot read trusted root"},
+		{notRoot, "not a Sigstore trusted root"},
+	} {
+		c, err := Load(writeConfig(t, dir, body(tc.file)))
+		if c != nil || err == nil || !strings.Contains(err.Error(), "verification[0] (ci).cosign.trustedRoot: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("trusted root %s: got %v, %v; want an error at verification[0] (ci).cosign.trustedRoot saying %q", tc.file, c, err, tc.want)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,6 +199,13 @@ func LegacyPayload(d name.Digest) []byte {
 // layer per payload, each signed by s.
 func (s Signer) AttachLegacy(t testing.TB, onto name.Digest, opts []remote.Option, payloads ...[]byte) {
 	t.Helper()
+	s.AttachLegacyWith(t, onto, opts, nil, payloads...)
+}
+
+// AttachLegacyWith is AttachLegacy with more annotations on each layer
+// (cosign v2's keyless signature carries its certificate in one).
+func (s Signer) AttachLegacyWith(t testing.TB, onto name.Digest, opts []remote.Option, annotations map[string]string, payloads ...[]byte) {
+	t.Helper()
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	for _, p := range payloads {
@@ -205,10 +213,9 @@ func (s Signer) AttachLegacy(t testing.TB, onto name.Digest, opts []remote.Optio
 		if err != nil {
 			t.Fatal(err)
 		}
-		img, err = mutate.Append(img, mutate.Addendum{
-			Layer:       static.NewLayer(p, simpleSigningMediaType),
-			Annotations: map[string]string{signatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
-		})
+		ann := map[string]string{signatureAnnotation: base64.StdEncoding.EncodeToString(sig)}
+		maps.Copy(ann, annotations)
+		img, err = mutate.Append(img, mutate.Addendum{Layer: static.NewLayer(p, simpleSigningMediaType), Annotations: ann})
 		if err != nil {
 			t.Fatal(err)
 		}

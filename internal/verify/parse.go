@@ -29,6 +29,9 @@ const (
 	SimpleSigningMediaType = "application/vnd.dev.cosign.simplesigning.v1+json"
 	// SignatureAnnotation holds a legacy layer's base64 signature.
 	SignatureAnnotation = "dev.cosignproject.cosign/signature"
+	// legacyCertificateAnnotation holds a keyless legacy signature's
+	// certificate.
+	legacyCertificateAnnotation = "dev.sigstore.cosign/certificate"
 	// SimpleSigningType is critical.type of a legacy signature payload.
 	SimpleSigningType = "cosign container image signature"
 )

@@ -25,12 +25,21 @@ const (
 	// WrongKey: the signature does not verify with any key of the policy
 	// (or it was made with a certificate, keyless, and the policy has keys).
 	WrongKey Reason = "wrong-key"
+	// WrongIdentity: a keyless signature whose certificate names another
+	// OIDC issuer or subject than the policy's identities.
+	WrongIdentity Reason = "wrong-identity"
+	// Untrusted: a keyless signature that does not chain to the trusted
+	// root, or lacks the transparency log entry, timestamp or SCT it needs.
+	Untrusted Reason = "untrusted"
 	// OtherDigest: a valid-looking signature whose signed content names
 	// another digest, e.g. copied from another image.
 	OtherDigest Reason = "bound-to-another-digest"
 	// NotASignature: a signed attestation that is not an image signature,
 	// e.g. an SBOM; cosign v3 accepts any valid bundle, V1 does not.
 	NotASignature Reason = "not-a-signature"
+	// Unsupported: a signature in a form image-refresh does not verify
+	// (a keyless legacy .sig: cosign v3's bundle carries the same).
+	Unsupported Reason = "unsupported"
 	// Malformed: the signature or its envelope cannot be read.
 	Malformed Reason = "malformed"
 )
@@ -41,7 +50,8 @@ type Signature struct {
 	// Source says where it was found: "referrer sha256:…" or
 	// "sha256-<hex>.sig layer 0".
 	Source string
-	// Key is the public key file that verified it; "" when rejected.
+	// Key is the public key file that verified it, or "keyless ISSUER
+	// SUBJECT" for a certificate; "" when rejected.
 	Key string
 	// Reason and Detail say why it was rejected; "" when it verified.
 	Reason Reason

@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -35,6 +36,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	sgverify "github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -65,7 +67,7 @@ func Verify(ctx context.Context, ref name.Digest, policy *config.VerificationPol
 		return v, errors.New("verify: no policy")
 	}
 	v.Policy = policy.Name
-	keys, err := newKeys(policy)
+	keys, kl, err := newTrust(policy)
 	if err != nil {
 		return v, err
 	}
@@ -74,7 +76,7 @@ func Verify(ctx context.Context, ref name.Digest, policy *config.VerificationPol
 		return v, fmt.Errorf("verify %s: %w", ref, err)
 	}
 	opts = append(opts[:len(opts):len(opts)], remote.WithContext(ctx))
-	l := &lookup{ref: ref, want: want, keys: keys, opts: opts, verdict: &v}
+	l := &lookup{ref: ref, want: want, keys: keys, keyless: kl, opts: opts, verdict: &v}
 	if err := l.bundles(); err != nil {
 		return v, err
 	}
@@ -96,15 +98,31 @@ type key struct {
 	legacy signature.Verifier
 }
 
-func newKeys(policy *config.VerificationPolicy) ([]key, error) {
-	if policy.Cosign == nil || len(policy.Cosign.Keys) == 0 {
-		return nil, fmt.Errorf("verification policy %s has no public keys loaded (config.Load reads them)", policy.Name)
+// keyless is the policy's keyless trust: a verifier over its trusted root,
+// which requires a transparency log entry and an observer timestamp (and
+// an SCT when the root lists a CT log, as the public-good one does), and
+// the identities a certificate must name.
+type keyless struct {
+	verifier   *sgverify.Verifier
+	identities []sgverify.CertificateIdentity
+}
+
+// publicGoodRoot is the trusted root of Sigstore's public-good instance
+// (its TUF repository's trusted_root.json), the default of a keyless
+// policy without cosign.trustedRoot; docs/config.md says how to refresh it.
+//
+//go:embed publicgood/trusted_root.json
+var publicGoodRoot []byte
+
+func newTrust(policy *config.VerificationPolicy) ([]key, *keyless, error) {
+	if policy.Cosign == nil || (len(policy.Cosign.Keys) == 0 && len(policy.Cosign.Keyless) == 0) {
+		return nil, nil, fmt.Errorf("verification policy %s has no public keys loaded (config.Load reads them) and no keyless identities", policy.Name)
 	}
 	keys := make([]key, 0, len(policy.Cosign.Keys))
 	for _, k := range policy.Cosign.Keys {
 		byDefault, err := signature.LoadDefaultVerifier(k.Key)
 		if err != nil {
-			return nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
+			return nil, nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
 		}
 		material := root.NewTrustedPublicKeyMaterial(func(string) (root.TimeConstrainedVerifier, error) {
 			// No validity period: the policy lists the keys it trusts.
@@ -114,15 +132,50 @@ func newKeys(policy *config.VerificationPolicy) ([]key, error) {
 		// trust, as with cosign verify --key --insecure-ignore-tlog.
 		bv, err := sgverify.NewVerifier(material, sgverify.WithNoObserverTimestamps())
 		if err != nil {
-			return nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
+			return nil, nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
 		}
 		lv, err := signature.LoadVerifier(k.Key, crypto.SHA256)
 		if err != nil {
-			return nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
+			return nil, nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
 		}
 		keys = append(keys, key{file: k.File, bundles: bv, legacy: lv})
 	}
-	return keys, nil
+	if len(policy.Cosign.Keyless) == 0 {
+		return keys, nil, nil
+	}
+	kl, err := newKeyless(policy.Cosign)
+	if err != nil {
+		return nil, nil, fmt.Errorf("verification policy %s: cosign.keyless: %w", policy.Name, err)
+	}
+	return keys, kl, nil
+}
+
+func newKeyless(c *config.CosignPolicy) (*keyless, error) {
+	data := c.TrustedRootJSON
+	if len(data) == 0 {
+		data = publicGoodRoot
+	}
+	tr, err := root.NewTrustedRootFromJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("trusted root: %w", err)
+	}
+	opts := []sgverify.VerifierOption{sgverify.WithTransparencyLog(1), sgverify.WithObserverTimestamps(1)}
+	if len(tr.CTLogs()) > 0 {
+		opts = append(opts, sgverify.WithSignedCertificateTimestamps(1))
+	}
+	v, err := sgverify.NewVerifier(tr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	kl := &keyless{verifier: v}
+	for _, id := range c.Keyless {
+		ci, err := sgverify.NewShortCertificateIdentity(id.Issuer, "", id.Subject, id.SubjectRegExp)
+		if err != nil {
+			return nil, fmt.Errorf("identity %s %s%s: %w", id.Issuer, id.Subject, id.SubjectRegExp, err)
+		}
+		kl.identities = append(kl.identities, ci)
+	}
+	return kl, nil
 }
 
 // lookup is one Verify call.
@@ -130,6 +183,7 @@ type lookup struct {
 	ref     name.Digest
 	want    v1.Hash
 	keys    []key
+	keyless *keyless
 	opts    []remote.Option
 	verdict *Verdict
 }
@@ -231,14 +285,19 @@ func (l *lookup) checkBundle(source string, data []byte) *rejection {
 	if r != nil {
 		return r
 	}
-	if vc, err := b.VerificationContent(); err != nil {
+	vc, err := b.VerificationContent()
+	if err != nil {
 		return reject(Malformed, "its verification material: %v", err)
-	} else if vc.Certificate() != nil {
-		return reject(WrongKey, "it is signed with a certificate (keyless), and the policy trusts keys")
 	}
 	digest, err := hex.DecodeString(l.want.Hex)
 	if err != nil {
 		return reject(Malformed, "digest %s: %v", l.want, err)
+	}
+	if cert := vc.Certificate(); cert != nil {
+		return l.checkKeyless(source, b, digest, cert.Subject.String())
+	}
+	if len(l.keys) == 0 {
+		return reject(WrongKey, "it is signed with a key, and the policy trusts keyless identities only")
 	}
 	var errs []string
 	for _, k := range l.keys {
@@ -251,6 +310,32 @@ func (l *lookup) checkBundle(source string, data []byte) *rejection {
 		return nil
 	}
 	return reject(WrongKey, "no key of the policy verifies it: %s", strings.Join(errs, "; "))
+}
+
+// checkKeyless verifies a bundle signed with a certificate against the
+// policy's trusted root and identities; nil when it verified.
+func (l *lookup) checkKeyless(source string, b *bundle.Bundle, digest []byte, subject string) *rejection {
+	if l.keyless == nil {
+		return reject(WrongKey, "it is signed with a certificate (keyless), and the policy trusts keys")
+	}
+	opts := []sgverify.PolicyOption{}
+	for _, id := range l.keyless.identities {
+		opts = append(opts, sgverify.WithCertificateIdentity(id))
+	}
+	res, err := l.keyless.verifier.Verify(b, sgverify.NewPolicy(sgverify.WithArtifactDigest(l.want.Algorithm, digest), opts...))
+	if err != nil {
+		var mismatch *sgverify.ErrNoMatchingCertificateIdentity
+		if errors.As(err, &mismatch) {
+			return reject(WrongIdentity, "%v", err)
+		}
+		return reject(Untrusted, "%v", err)
+	}
+	signer := subject
+	if res.Signature != nil && res.Signature.Certificate != nil {
+		signer = res.Signature.Certificate.Issuer + " " + res.Signature.Certificate.SubjectAlternativeName
+	}
+	l.verified(FormatBundle, source, "keyless "+signer)
+	return nil
 }
 
 // legacy checks the layers of the manifest at sha256-<hex>.sig.
@@ -276,6 +361,12 @@ func (l *lookup) legacy() error {
 		}
 		if layer.MediaType != SimpleSigningMediaType {
 			l.rejected(FormatLegacy, source, reject(NotASignature, "a layer of media type %q", layer.MediaType))
+			continue
+		}
+		if layer.Annotations[legacyCertificateAnnotation] != "" {
+			// cosign before v3, keyless: the certificate and the Rekor
+			// entry ride in annotations; only bundles carry them here.
+			l.rejected(FormatLegacy, source, reject(Unsupported, "a keyless legacy signature (certificate in %s): sign with cosign v3, which attaches a bundle", legacyCertificateAnnotation))
 			continue
 		}
 		sig, err := base64.StdEncoding.DecodeString(layer.Annotations[SignatureAnnotation])

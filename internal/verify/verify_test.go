@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -460,4 +461,82 @@ func TestVerify_V1_ALookupCostsAFewGETsAndNoWrite(t *testing.T) {
 			t.Errorf("want 3 GETs and nothing else, got %d GETs and %d other requests: %v", gets, other, f.reg.Requests())
 		}
 	})
+}
+
+// keylessPolicy trusts identities of a virtual Sigstore's root.
+func keylessPolicy(t *testing.T, s *testsign.Sigstore, ids ...config.KeylessIdentity) *config.VerificationPolicy {
+	t.Helper()
+	data, err := os.ReadFile(s.WriteTrustedRoot(t, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &config.VerificationPolicy{Name: "ci", Repositories: []string{"127.0.0.1:*/**"},
+		Cosign: &config.CosignPolicy{Keyless: ids, TrustedRoot: "trusted_root.json", TrustedRootJSON: data}}
+}
+
+const ciIssuer = "https://token.actions.example"
+
+func TestVerify_V1_AKeylessSignatureOfTheRightIdentityVerifies(t *testing.T) {
+	modes(t, func(t *testing.T, f *fixture) {
+		s := testsign.NewSigstore(t)
+		s.SignKeyless(t, f.digest, ciIssuer, "https://ci.example/acme/api/.github/workflows/release.yml@refs/heads/main", f.opts...)
+		for name, id := range map[string]config.KeylessIdentity{
+			"exact subject":  {Issuer: ciIssuer, Subject: "https://ci.example/acme/api/.github/workflows/release.yml@refs/heads/main"},
+			"subject regexp": {Issuer: ciIssuer, SubjectRegExp: `^https://ci\.example/acme/.*@refs/heads/main$`},
+		} {
+			t.Run(name, func(t *testing.T) {
+				v, err := f.verify(keylessPolicy(t, s, id))
+				if err != nil || !v.Verified || !strings.Contains(v.By.Key, "keyless") {
+					t.Fatalf("want verified keyless, got %s, %v", v, err)
+				}
+			})
+		}
+	})
+}
+
+func TestVerify_V1_AKeylessSignatureIsRejectedForAWrongIdentityAnotherRootOrAKeyedPolicy(t *testing.T) {
+	f := newFixture(t, true)
+	s := testsign.NewSigstore(t)
+	s.SignKeyless(t, f.digest, ciIssuer, "mallory@example.com", f.opts...)
+
+	v, err := f.verify(keylessPolicy(t, s, config.KeylessIdentity{Issuer: ciIssuer, Subject: "release@example.com"}))
+	wantRejected(t, v, err, FormatBundle, WrongIdentity, "mallory@example.com")
+	v, err = f.verify(keylessPolicy(t, s, config.KeylessIdentity{Issuer: "https://other-issuer.example", Subject: "mallory@example.com"}))
+	wantRejected(t, v, err, FormatBundle, WrongIdentity, "")
+
+	other := testsign.NewSigstore(t)
+	v, err = f.verify(keylessPolicy(t, other, config.KeylessIdentity{Issuer: ciIssuer, Subject: "mallory@example.com"}))
+	wantRejected(t, v, err, FormatBundle, Untrusted, "")
+
+	v, err = f.verify(policyOf(newSigner(t, "cosign.pub")))
+	wantRejected(t, v, err, FormatBundle, WrongKey, "keyless")
+}
+
+func TestVerify_V1_AKeyedSignatureIsRejectedByAKeylessOnlyPolicy(t *testing.T) {
+	f := newFixture(t, true)
+	key := newSigner(t, "cosign.pub")
+	key.SignBundle(t, f.digest, f.opts...)
+	s := testsign.NewSigstore(t)
+	v, err := f.verify(keylessPolicy(t, s, config.KeylessIdentity{Issuer: ciIssuer, Subject: "release@example.com"}))
+	wantRejected(t, v, err, FormatBundle, WrongKey, "keyless identities only")
+}
+
+func TestVerify_V1_ThePublicGoodRootIsTheKeylessDefault(t *testing.T) {
+	f := newFixture(t, true)
+	s := testsign.NewSigstore(t)
+	s.SignKeyless(t, f.digest, ciIssuer, "release@example.com", f.opts...)
+	p := &config.VerificationPolicy{Name: "public", Repositories: []string{"127.0.0.1:*/**"},
+		Cosign: &config.CosignPolicy{Keyless: []config.KeylessIdentity{{Issuer: ciIssuer, Subject: "release@example.com"}}}}
+	// The virtual Sigstore's certificate does not chain to the public-good
+	// Fulcio: proof that the default root, not the bundle, is trusted.
+	v, err := f.verify(p)
+	wantRejected(t, v, err, FormatBundle, Untrusted, "")
+}
+
+func TestVerify_V1_AKeylessLegacySignatureIsRejectedAsUnsupported(t *testing.T) {
+	f := newFixture(t, false)
+	key := newSigner(t, "cosign.pub")
+	key.AttachLegacyWith(t, f.digest, f.opts, map[string]string{"dev.sigstore.cosign/certificate": "-----BEGIN CERTIFICATE-----"}, legacyPayload(f.digest))
+	v, err := f.verify(policyOf(key))
+	wantRejected(t, v, err, FormatLegacy, Unsupported, "cosign v3")
 }
