@@ -244,3 +244,33 @@ func TestTick_V1_AKeylessSignatureCountsOnlyFromTheTrustedIdentity(t *testing.T)
 		t.Errorf("requests-proxy on %s, want %s", got, want)
 	}
 }
+
+func TestTick_V1_ANotationSignatureCountsOnlyFromTheTrustStoresCA(t *testing.T) {
+	e := newEnv(t)
+	trusted := testsign.NewNotary()
+	cfg := e.config(`verification:
+  - name: notary
+    repositories: ["{{reg}}/acme/**"]
+    notation:
+      certificates: [` + trusted.WriteRoot(t, t.TempDir()) + `]
+` + seedShape)
+	d0 := e.seed()
+	ref, err := name.NewDigest(e.repo("api")+"@"+d0, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsign.NewOtherNotary().Sign(t, ref, ref)
+	code, logs := e.tick(cfg)
+	if code != 1 || len(logLines(logs, "WARN", d0, "verification policy notary", "notation signature", "untrusted")) == 0 {
+		t.Fatalf("signed by another CA: exit %d, want 1 with a WARN naming %s, the policy and why:\n%s", code, d0, logs)
+	}
+	trusted.Sign(t, ref, ref)
+	for i := range 2 {
+		if code, logs := e.tick(cfg); code != 0 {
+			t.Fatalf("tick %d with a trusted Notation signature: exit %d:\n%s", i+1, code, logs)
+		}
+	}
+	if got, want := e.image("jobs-manager", "api"), e.repo("api")+":prod@"+d0; got != want {
+		t.Errorf("jobs-manager on %s, want %s", got, want)
+	}
+}

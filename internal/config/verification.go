@@ -27,11 +27,21 @@ import (
 type VerificationPolicy struct {
 	Name string `yaml:"name"`
 	// Repositories are globs over "host/path" (see MatchesRepository).
-	Repositories []string      `yaml:"repositories"`
-	Cosign       *CosignPolicy `yaml:"cosign,omitempty"`
-	// notation is set when the file names notation, which is refused for
-	// now; a returned Config never has it.
-	notation bool
+	Repositories []string        `yaml:"repositories"`
+	Cosign       *CosignPolicy   `yaml:"cosign,omitempty"`
+	Notation     *NotationPolicy `yaml:"notation,omitempty"`
+}
+
+// NotationPolicy is Notation verification: a digest is verified when a
+// Notation signature of it (an OCI referrer) was made with a certificate
+// that chains to one of the trust store's certificates. Revocation is not
+// checked (no OCSP or CRL request leaves image-refresh).
+type NotationPolicy struct {
+	// Certificates are PEM files of the trust store (root or
+	// intermediate CA certificates; a file may hold several).
+	Certificates []string `yaml:"certificates"`
+	// Certs are Certificates read and parsed; Load fills them.
+	Certs []*x509.Certificate `yaml:"-"`
 }
 
 // CosignPolicy is cosign verification with public keys, keyless
@@ -90,6 +100,11 @@ func (p *VerificationPolicy) Fingerprint() string {
 			fmt.Fprintf(h, "%q %q %q\x00", id.Issuer, id.Subject, id.SubjectRegExp)
 		}
 		h.Write(p.Cosign.TrustedRootJSON)
+	}
+	if p.Notation != nil {
+		for _, c := range p.Notation.Certs {
+			h.Write(c.Raw)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
@@ -192,7 +207,14 @@ func (d *decoder) verificationPolicy(path string, n *yaml.Node, p *VerificationP
 				"trustedRoot": d.str(&p.Cosign.TrustedRoot),
 			})
 		},
-		"notation": func(string, *yaml.Node) { p.notation = true },
+		"notation": func(path string, n *yaml.Node) {
+			p.Notation = &NotationPolicy{}
+			d.mapping(path, n, map[string]fieldFunc{
+				"certificates": func(path string, n *yaml.Node) {
+					d.strings(path, n, &p.Notation.Certificates)
+				},
+			})
+		},
 	})
 }
 
@@ -292,17 +314,23 @@ func (v *validator) verification(policies []VerificationPolicy) {
 // verifier checks that the policy names exactly one verifier, and one that
 // is supported.
 func (v *validator) verifier(i int, p VerificationPolicy) {
-	if p.notation {
-		v.policyErrorf(i, p.Name, "notation", "Notation verification is not supported yet; use cosign.publicKeys (V1)")
-	}
-	if p.Cosign == nil {
-		if !p.notation {
-			v.policyErrorf(i, p.Name, "", "missing a verifier: give cosign.publicKeys or cosign.keyless")
+	if p.Notation != nil {
+		if p.Cosign != nil {
+			v.policyErrorf(i, p.Name, "", "give exactly one of cosign, notation")
+		}
+		if len(p.Notation.Certificates) == 0 {
+			v.policyErrorf(i, p.Name, "notation.certificates", "at least one PEM certificate file (the trust store) is required")
+		}
+		for k, f := range p.Notation.Certificates {
+			if f == "" {
+				v.policyErrorf(i, p.Name, fmt.Sprintf("notation.certificates[%d]", k), "empty file name")
+			}
 		}
 		return
 	}
-	if p.notation {
-		v.policyErrorf(i, p.Name, "", "give exactly one of cosign, notation")
+	if p.Cosign == nil {
+		v.policyErrorf(i, p.Name, "", "missing a verifier: give cosign.publicKeys, cosign.keyless or notation.certificates")
+		return
 	}
 	if len(p.Cosign.PublicKeys) == 0 && len(p.Cosign.Keyless) == 0 {
 		v.policyErrorf(i, p.Name, "cosign", "give cosign.publicKeys (PEM public key files), cosign.keyless (OIDC identities), or both")
@@ -346,6 +374,21 @@ func (c *Config) loadKeys(lines map[string]int) []error {
 	var errs []error
 	for i := range c.Verification {
 		p := &c.Verification[i]
+		if p.Notation != nil {
+			p.Notation.Certs = nil
+			for k, f := range p.Notation.Certificates {
+				if f == "" {
+					continue // reported by validation
+				}
+				certs, msg := readCertificates(f)
+				if msg != "" {
+					named, plain := policyPath(i, p.Name, fmt.Sprintf("notation.certificates[%d]", k))
+					errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
+					continue
+				}
+				p.Notation.Certs = append(p.Notation.Certs, certs...)
+			}
+		}
 		if p.Cosign == nil {
 			continue
 		}
@@ -372,6 +415,29 @@ func (c *Config) loadKeys(lines map[string]int) []error {
 		}
 	}
 	return errs
+}
+
+// readCertificates reads the PEM CERTIFICATE blocks of a trust store file.
+func readCertificates(file string) ([]*x509.Certificate, string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Sprintf("cannot read certificates: %v", err)
+	}
+	var certs []*x509.Certificate
+	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Sprintf("%s holds a PEM %q, not a \"CERTIFICATE\"", file, block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Sprintf("%s: not an X.509 certificate: %v", file, err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Sprintf("%s holds no PEM certificate", file)
+	}
+	return certs, ""
 }
 
 // readTrustedRoot reads a Sigstore trusted root (JSON, what `cosign

@@ -16,6 +16,9 @@ const (
 	// FormatLegacy is a layer of the manifest at the tag sha256-<hex>.sig
 	// (cosign before v3): a simple-signing payload and its signature.
 	FormatLegacy Format = "legacy"
+	// FormatNotation is a Notation signature (JWS or COSE envelope)
+	// attached to the digest as an OCI referrer.
+	FormatNotation Format = "notation"
 )
 
 // Reason says why a signature found did not verify the digest.

@@ -1,9 +1,12 @@
 // Package verify checks that an image digest is signed before it is pinned
 // or recorded (SPEC V1). A digest verifies against a policy when a cosign
-// signature made with one of the policy's public keys is bound to it, found
+// signature made with one of the policy's public keys or by one of its
+// keyless identities (against its trusted root) is bound to it, found
 // either as a Sigstore bundle among its OCI referrers (cosign v3; the
 // referrers API, or the sha256-<hex> tag for a registry without it) or as a
-// legacy signature at the tag sha256-<hex>.sig. A signature counts only when
+// legacy signature at the tag sha256-<hex>.sig; or, under a Notation
+// policy, when a Notation signature among its referrers chains to the
+// policy's certificates (notation.go). A signature counts only when
 // its signed content names this digest and it is an image signature: cosign
 // v3 accepts any valid bundle, an SBOM attestation included; V1 does not.
 //
@@ -36,6 +39,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/notaryproject/notation-go"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	sgverify "github.com/sigstore/sigstore-go/pkg/verify"
@@ -67,16 +71,24 @@ func Verify(ctx context.Context, ref name.Digest, policy *config.VerificationPol
 		return v, errors.New("verify: no policy")
 	}
 	v.Policy = policy.Name
-	keys, kl, err := newTrust(policy)
-	if err != nil {
-		return v, err
-	}
 	want, err := v1.NewHash(ref.DigestStr())
 	if err != nil {
 		return v, fmt.Errorf("verify %s: %w", ref, err)
 	}
 	opts = append(opts[:len(opts):len(opts)], remote.WithContext(ctx))
-	l := &lookup{ref: ref, want: want, keys: keys, keyless: kl, opts: opts, verdict: &v}
+	if policy.Notation != nil {
+		nv, err := newNotary(policy)
+		if err != nil {
+			return v, err
+		}
+		l := &lookup{ctx: ctx, ref: ref, want: want, notary: nv, opts: opts, verdict: &v}
+		return v, l.notations()
+	}
+	keys, kl, err := newTrust(policy)
+	if err != nil {
+		return v, err
+	}
+	l := &lookup{ctx: ctx, ref: ref, want: want, keys: keys, keyless: kl, opts: opts, verdict: &v}
 	if err := l.bundles(); err != nil {
 		return v, err
 	}
@@ -180,10 +192,12 @@ func newKeyless(c *config.CosignPolicy) (*keyless, error) {
 
 // lookup is one Verify call.
 type lookup struct {
+	ctx     context.Context
 	ref     name.Digest
 	want    v1.Hash
 	keys    []key
 	keyless *keyless
+	notary  notation.Verifier
 	opts    []remote.Option
 	verdict *Verdict
 }
@@ -216,7 +230,7 @@ func (l *lookup) bundles() error {
 			// the empty one) instead of the manifest's artifactType: the
 			// manifest says what it is.
 		default:
-			continue // another artifact (an SBOM document, a Notation signature): not ours
+			continue // another artifact (an SBOM document, a Notation signature): not a cosign one
 		}
 		source := "referrer " + d.Digest.String()
 		// The annotation is only trusted to refuse: an attestation that

@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"net/http"
 	"os"
 	"strings"
@@ -539,4 +541,53 @@ func TestVerify_V1_AKeylessLegacySignatureIsRejectedAsUnsupported(t *testing.T) 
 	key.AttachLegacyWith(t, f.digest, f.opts, map[string]string{"dev.sigstore.cosign/certificate": "-----BEGIN CERTIFICATE-----"}, legacyPayload(f.digest))
 	v, err := f.verify(policyOf(key))
 	wantRejected(t, v, err, FormatLegacy, Unsupported, "cosign v3")
+}
+
+func notationPolicy(n *testsign.Notary, t *testing.T) *config.VerificationPolicy {
+	t.Helper()
+	certs, err := os.ReadFile(n.WriteRoot(t, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certs)
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &config.VerificationPolicy{Name: "notary", Repositories: []string{"127.0.0.1:*/**"},
+		Notation: &config.NotationPolicy{Certificates: []string{"notation-ca.pem"}, Certs: []*x509.Certificate{c}}}
+}
+
+func TestVerify_V1_ANotationSignatureChainingToTheTrustStoreVerifies(t *testing.T) {
+	modes(t, func(t *testing.T, f *fixture) {
+		n := testsign.NewNotary()
+		v, err := f.verify(notationPolicy(n, t))
+		if err != nil || v.Verified || len(v.Rejected) != 0 {
+			t.Fatalf("unsigned: want unverified with nothing found, got %s, %v", v, err)
+		}
+		// A cosign signature does not count under a Notation policy.
+		newSigner(t, "cosign.pub").SignBundle(t, f.digest, f.opts...)
+		if v, err := f.verify(notationPolicy(n, t)); err != nil || v.Verified {
+			t.Fatalf("a cosign bundle under a Notation policy: got %s, %v", v, err)
+		}
+		n.Sign(t, f.digest, f.digest, f.opts...)
+		v, err = f.verify(notationPolicy(n, t))
+		if err != nil || !v.Verified || v.By.Format != FormatNotation {
+			t.Fatalf("want verified by a Notation signature, got %s, %v", v, err)
+		}
+	})
+}
+
+func TestVerify_V1_ANotationSignatureOfAnotherCAOrAnotherDigestIsRejected(t *testing.T) {
+	f := newFixture(t, true)
+	trusted := testsign.NewNotary()
+	testsign.NewOtherNotary().Sign(t, f.digest, f.digest, f.opts...)
+	v, err := f.verify(notationPolicy(trusted, t))
+	wantRejected(t, v, err, FormatNotation, Untrusted, "")
+
+	g := newFixture(t, true)
+	other := g.pushImage("other")
+	trusted.Sign(t, g.digest, other, g.opts...) // a signature of other, attached to g.digest
+	v, err = g.verify(notationPolicy(trusted, t))
+	wantRejected(t, v, err, FormatNotation, OtherDigest, "")
 }
