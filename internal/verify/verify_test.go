@@ -54,7 +54,7 @@ func policyOf(signers ...signer) *config.VerificationPolicy {
 
 // fixture is a registry with one image to sign.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	reg    *testregistry.Server // nil for Distribution
 	repo   name.Repository
 	opts   []remote.Option // auth and transport, for the pushes and Verify
@@ -70,7 +70,7 @@ var noRetries = []remote.Option{
 	remote.WithRetryPredicate(func(error) bool { return false }),
 }
 
-func newFixture(t *testing.T, referrersAPI bool) *fixture {
+func newFixture(t testing.TB, referrersAPI bool) *fixture {
 	t.Helper()
 	var opts []testregistry.Option
 	if referrersAPI {
@@ -466,7 +466,7 @@ func TestVerify_V1_ALookupCostsAFewGETsAndNoWrite(t *testing.T) {
 }
 
 // keylessPolicy trusts identities of a virtual Sigstore's root.
-func keylessPolicy(t *testing.T, s *testsign.Sigstore, ids ...config.KeylessIdentity) *config.VerificationPolicy {
+func keylessPolicy(t testing.TB, s *testsign.Sigstore, ids ...config.KeylessIdentity) *config.VerificationPolicy {
 	t.Helper()
 	data, err := os.ReadFile(s.WriteTrustedRoot(t, t.TempDir()))
 	if err != nil {
@@ -543,7 +543,7 @@ func TestVerify_V1_AKeylessLegacySignatureIsRejectedAsUnsupported(t *testing.T) 
 	wantRejected(t, v, err, FormatLegacy, Unsupported, "cosign v3")
 }
 
-func notationPolicy(n *testsign.Notary, t *testing.T) *config.VerificationPolicy {
+func notationPolicy(n *testsign.Notary, t testing.TB) *config.VerificationPolicy {
 	t.Helper()
 	certs, err := os.ReadFile(n.WriteRoot(t, t.TempDir()))
 	if err != nil {

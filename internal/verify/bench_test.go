@@ -1,0 +1,76 @@
+package verify
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/testsign"
+)
+
+// BenchmarkVerify_V1 is what verification adds for a new digest: one
+// Verify per op against the in-process registry with the referrers API,
+// reported as p50/p99 latency and registry GETs per lookup (docs/performance.md).
+//
+//	go test -run '^$' -bench BenchmarkVerify_V1 ./internal/verify
+func BenchmarkVerify_V1(b *testing.B) {
+	cases := []struct {
+		name   string
+		sign   func(b *testing.B, f *fixture) *config.VerificationPolicy
+		verify bool
+	}{
+		{"unsigned", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			return policyOf(newSigner(b, "cosign.pub"))
+		}, false},
+		{"keyed bundle", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			key := newSigner(b, "cosign.pub")
+			key.SignBundle(b, f.digest, f.opts...)
+			return policyOf(key)
+		}, true},
+		{"keyed legacy .sig", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			key := newSigner(b, "cosign.pub")
+			key.AttachLegacy(b, f.digest, f.opts, legacyPayload(f.digest))
+			return policyOf(key)
+		}, true},
+		{"keyless bundle", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			s := testsign.NewSigstore(b)
+			s.SignKeyless(b, f.digest, ciIssuer, "release@example.com", f.opts...)
+			return keylessPolicy(b, s, config.KeylessIdentity{Issuer: ciIssuer, Subject: "release@example.com"})
+		}, true},
+		{"notation", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			n := testsign.NewNotary()
+			n.Sign(b, f.digest, f.digest, f.opts...)
+			return notationPolicy(n, b)
+		}, true},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			f := newFixture(b, true)
+			p := c.sign(b, f)
+			f.reg.ResetRequests()
+			durations := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				v, err := f.verify(p)
+				durations = append(durations, time.Since(start))
+				if err != nil || v.Verified != c.verify {
+					b.Fatalf("got %s, %v", v, err)
+				}
+			}
+			b.StopTimer()
+			gets := 0
+			for _, r := range f.reg.Requests() {
+				if r.Method == http.MethodGet && r.Path != "/v2/" {
+					gets++
+				}
+			}
+			slices.Sort(durations)
+			b.ReportMetric(float64(durations[len(durations)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(gets)/float64(b.N), "GETs/op")
+		})
+	}
+}
