@@ -35,8 +35,8 @@ func (d *demo) stepRealNode() {
 	image := d.nodeRepo(storefront.image) + ":" + tag
 
 	d.say("Deployment storefront: 1 replica on %s, imagePullPolicy IfNotPresent, labelled %s/enabled=true.", node, prefix)
-	d.createStorefront(image)
-	first := d.storefrontPod()
+	d.createApp(storefront, image)
+	first := d.appPod(storefront)
 	d.showPod(first, "A", a)
 
 	d.say("The registry moves :%s to build B. The node keeps build A under the tag.", tag)
@@ -44,7 +44,7 @@ func (d *demo) stepRealNode() {
 	d.say("The pod is replaced (an eviction, a crash, a drain): its ReplicaSet starts a new one on %s.", node)
 	grace := int64(0)
 	d.must(d.kube.CoreV1().Pods(namespace).Delete(d.ctx, first.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}), "delete pod "+first.Name)
-	stale := d.storefrontPod(first.Name)
+	stale := d.appPod(storefront, first.Name)
 	d.showPod(stale, "A", a)
 	d.ok("the new pod runs build A although :%s is build B: containerd's cache answered IfNotPresent", tag)
 
@@ -67,7 +67,7 @@ func (d *demo) stepRealNode() {
 
 	d.say("The next tick pins the template to :%s@B; the new pod on the same node pulls B by digest.", tag)
 	d.tick(0)
-	pinned := d.storefrontPod(first.Name, stale.Name)
+	pinned := d.appPod(storefront, first.Name, stale.Name)
 	if got := pinned.Spec.Containers[0].Image; got != image+"@"+b {
 		d.failf("the pinned pod asks for %s, want %s@%s", got, image, b)
 	}
@@ -107,12 +107,18 @@ func (d *demo) pushBuild(img, build string) string {
 // nodeRepo is img's repository as the real node names it.
 func (d *demo) nodeRepo(img string) string { return d.nodeReg + "/acme/" + img }
 
-func (d *demo) createStorefront(image string) {
+// createApp creates Deployment t on the real node: one replica of image,
+// Ready once it serves :8080. The storefront is labelled for discovery.
+func (d *demo) createApp(t target, image string) {
 	replicas := int32(1)
 	grace := int64(1)
-	labels := map[string]string{"app": storefront.name}
+	labels := map[string]string{"app": t.name}
+	var meta map[string]string
+	if t == storefront {
+		meta = map[string]string{prefix + "/enabled": "true"}
+	}
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: storefront.name, Namespace: namespace, Labels: map[string]string{prefix + "/enabled": "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: t.name, Namespace: namespace, Labels: meta},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -123,7 +129,7 @@ func (d *demo) createStorefront(image string) {
 					Tolerations:                   []corev1.Toleration{{Key: localcluster.RuntimeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					TerminationGracePeriodSeconds: &grace,
 					Containers: []corev1.Container{{
-						Name: storefront.container, Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+						Name: t.container, Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
 						Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
 					}},
@@ -132,19 +138,19 @@ func (d *demo) createStorefront(image string) {
 		},
 	}
 	_, err := d.kube.AppsV1().Deployments(namespace).Create(d.ctx, dep, metav1.CreateOptions{})
-	d.must(err, "create Deployment storefront")
+	d.must(err, "create Deployment "+t.name)
 }
 
-// storefrontPod waits until storefront's one pod is a Ready pod of its
-// current template, none of the pods named in not, and returns it.
-func (d *demo) storefrontPod(not ...string) *corev1.Pod {
-	_, err := d.wl.WaitSettled(d.ctx, storefront.ref(), 90*time.Second)
-	d.must(err, "wait for Deployment storefront")
+// appPod waits until t's one pod is a Ready pod of its current template,
+// none of the pods named in not, and returns it.
+func (d *demo) appPod(t target, not ...string) *corev1.Pod {
+	_, err := d.wl.WaitSettled(d.ctx, t.ref(), 90*time.Second)
+	d.must(err, "wait for Deployment "+t.name)
 	deadline := time.Now().Add(60 * time.Second)
 	last := "no pod"
 	for time.Now().Before(deadline) && d.ctx.Err() == nil {
-		list, err := d.kube.CoreV1().Pods(namespace).List(d.ctx, metav1.ListOptions{LabelSelector: "app=" + storefront.name})
-		d.must(err, "list storefront's pods")
+		list, err := d.kube.CoreV1().Pods(namespace).List(d.ctx, metav1.ListOptions{LabelSelector: "app=" + t.name})
+		d.must(err, "list "+t.name+"'s pods")
 		if len(list.Items) == 1 {
 			p := &list.Items[0]
 			for _, c := range p.Status.Conditions {
@@ -156,7 +162,7 @@ func (d *demo) storefrontPod(not ...string) *corev1.Pod {
 		last = strings.Join(podStates(list.Items), ", ")
 		time.Sleep(200 * time.Millisecond)
 	}
-	d.failf("Deployment storefront: no single new Ready pod within 60 s (%s)", last)
+	d.failf("Deployment %s: no single new Ready pod within 60 s (%s)", t.name, last)
 	return nil
 }
 

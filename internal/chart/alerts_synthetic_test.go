@@ -97,6 +97,15 @@ func TestAlerts_Synthetic(t *testing.T) {
 			wantAt: map[string][]map[string]string{"1m": {g("web")}},
 		},
 		{
+			alert: "ImageRefreshRolledBack",
+			input: []inputSeries{
+				series(`image_refresh_group_needs_attention{group="web",reason="RolledBack"}`, "1x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="RolledBack"}`, "0x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="DigestUnverified"}`, "1x30"),
+			},
+			wantAt: map[string][]map[string]string{"1m": {g("web")}},
+		},
+		{
 			alert: "ImageRefreshRewriteFight",
 			input: []inputSeries{
 				series(`image_refresh_group_needs_attention{group="web",reason="ImageRewriteFight"}`, "1x30"),

@@ -86,6 +86,7 @@ var alertStates = map[string]string{
 	"ImageRefreshTagFlapping":       "tag-flapping",
 	"ImageRefreshDigestQuarantined": "quarantined",
 	"ImageRefreshDigestUnverified":  "unverified",
+	"ImageRefreshRolledBack":        "rolled-back",
 	"ImageRefreshRewriteFight":      "error",
 	"ImageRefreshRunningStale":      "running-stale",
 	"ImageRefreshError":             "error",

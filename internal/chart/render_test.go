@@ -730,6 +730,23 @@ func TestChart_R14_JobDeadlineOutlastsTheTick(t *testing.T) {
 			values: map[string]any{"config": map[string]any{"rolloutTimeout": "1m30.5s"}},
 			want:   func(c *config.Config) time.Duration { return c.EffectiveTickTimeout() + time.Minute },
 		},
+		"a group that rolls back is waited on twice (V2)": {
+			values: map[string]any{"config": map[string]any{"groups": []any{map[string]any{
+				"name": "web", "onFailedRollout": "rollback",
+				"anchor": map[string]any{"kind": "Deployment", "namespace": "shop", "name": "api"},
+				"images": []any{map[string]any{"name": "api", "repository": "registry.example.com/acme/api", "tag": "prod",
+					"targets": []any{
+						map[string]any{"kind": "Deployment", "namespace": "shop", "name": "api", "container": "api"},
+						map[string]any{"kind": "Deployment", "namespace": "shop", "name": "worker", "container": "api"},
+					}}},
+			}}}},
+			want: func(c *config.Config) time.Duration {
+				if len(c.Groups) != 1 || c.Groups[0].OnFailedRollout != config.OnFailedRolloutRollback {
+					t.Errorf("groups %+v: want the one rollback group", c.Groups)
+				}
+				return c.EffectiveTickTimeout() + time.Minute
+			},
+		},
 		"from tickTimeout when set": {
 			values: map[string]any{"config": map[string]any{"tickTimeout": "45m"}},
 			want:   func(*config.Config) time.Duration { return 46 * time.Minute },

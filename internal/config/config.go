@@ -113,6 +113,9 @@ type Group struct {
 	Name   string   `yaml:"name"`
 	Anchor Workload `yaml:"anchor"`
 	Images []Image  `yaml:"images"`
+	// OnFailedRollout says what happens when a digest-change rollout of
+	// the group fails (V2): hold (R10's lockout; "" is hold) or rollback.
+	OnFailedRollout OnFailedRollout `yaml:"onFailedRollout,omitempty"`
 	// Discovered: internal/discovery made the group from labelled
 	// workloads (D1); never set from a config file. Its pins keep the tag
 	// (discovery.PinFormat), and its images resolve with the pull secrets
@@ -136,6 +139,18 @@ func (g Group) Workloads() []Workload {
 	}
 	return out
 }
+
+// OnFailedRollout is a group's answer to a failed digest-change rollout (V2).
+type OnFailedRollout string
+
+const (
+	// OnFailedRolloutHold keeps R10: the next attempt waits again, and the
+	// group locks out after maxRefreshAttempts.
+	OnFailedRolloutHold OnFailedRollout = "hold"
+	// OnFailedRolloutRollback puts every target that moved back on the
+	// group's recorded digest and quarantines the failed digest.
+	OnFailedRolloutRollback OnFailedRollout = "rollback"
+)
 
 // FirstInstall says what happens when an image has no recorded digest (R5).
 type FirstInstall string

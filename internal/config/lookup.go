@@ -38,14 +38,18 @@ func (c *Config) EffectiveTickTimeout() time.Duration {
 		return c.TickTimeout
 	}
 	// Every workload of every group may be waited on once (R14), anchors
-	// included.
+	// included; a group that rolls back a failed rollout (V2) twice.
 	seen := map[Workload]bool{}
+	again := 0
 	for _, g := range c.Groups {
 		for _, w := range g.Workloads() {
 			seen[w] = true
+			if g.OnFailedRollout == OnFailedRolloutRollback {
+				again++
+			}
 		}
 	}
-	n := time.Duration(len(seen) + 1)
+	n := time.Duration(len(seen) + again + 1)
 	if c.RolloutTimeout > 0 && c.RolloutTimeout > (math.MaxInt64-tickSlack)/n {
 		return math.MaxInt64 // saturate rather than overflow to a past deadline
 	}

@@ -86,7 +86,8 @@ func (d *decoder) registry(path string, n *yaml.Node, r *Registry) {
 
 func (d *decoder) group(path string, n *yaml.Node, g *Group) {
 	d.mapping(path, n, map[string]fieldFunc{
-		"name": d.str(&g.Name),
+		"name":            d.str(&g.Name),
+		"onFailedRollout": d.str((*string)(&g.OnFailedRollout)),
 		"anchor": func(path string, n *yaml.Node) {
 			d.mapping(path, n, map[string]fieldFunc{
 				"kind":      d.str((*string)(&g.Anchor.Kind)),

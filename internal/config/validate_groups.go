@@ -42,6 +42,11 @@ func (v *validator) groups(groups []Group, prefix string) {
 				gc.names[g.Name] = i
 			}
 		}
+		switch g.OnFailedRollout {
+		case "", OnFailedRolloutHold, OnFailedRolloutRollback:
+		default:
+			v.errorf(p+".onFailedRollout", "%q is not one of hold, rollback (V2)", g.OnFailedRollout)
+		}
 		shared := -1 // index of an earlier group on the same anchor
 		if v.workload(p+".anchor", g.Anchor) {
 			if j, dup := gc.anchors[g.Anchor]; dup {

@@ -280,3 +280,18 @@ func TestLoad_V1_AKeylessPolicyReadsItsTrustedRootAndNamesABadOne(t *testing.T) 
 		}
 	}
 }
+
+func TestParse_V2_OnFailedRolloutIsHoldOrRollback(t *testing.T) {
+	body := func(v string) string {
+		return strings.Replace(group, "  - name: ", "  - onFailedRollout: "+v+"\n    name: ", 1)
+	}
+	for _, v := range []string{"hold", "rollback"} {
+		c, err := Parse([]byte(body(v)), "config.yaml")
+		if err != nil || string(c.Groups[0].OnFailedRollout) != v {
+			t.Errorf("onFailedRollout %s: %v, %+v", v, err, c)
+		}
+	}
+	if _, err := Parse([]byte(body("retry")), "config.yaml"); err == nil || !strings.Contains(err.Error(), `groups[0].onFailedRollout: "retry" is not one of hold, rollback`) {
+		t.Errorf("onFailedRollout retry: got %v, want an error naming the field", err)
+	}
+}

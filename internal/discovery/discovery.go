@@ -42,6 +42,10 @@ func (k Keys) Group() string { return k.state().DiscoveryGroup() }
 // the containers discovery leaves alone.
 func (k Keys) IgnoreContainers() string { return k.state().IgnoreContainers() }
 
+// OnFailedRollout is the annotation (or label) on the anchor that sets the
+// group's onFailedRollout: hold or rollback (V2).
+func (k Keys) OnFailedRollout() string { return k.state().OnFailedRollout() }
+
 // Input is what Discover reads.
 type Input struct {
 	Prefix string
@@ -94,6 +98,7 @@ func (k Keys) Managed(obj client.Object, namespaceLabelled bool) bool {
 type candidate struct {
 	w          config.Workload
 	containers []discoveredContainer
+	onFailed   config.OnFailedRollout // the workload's P/on-failed-rollout (V2)
 }
 
 type discoveredContainer struct {
@@ -179,6 +184,12 @@ func value(obj client.Object, key string) string {
 func containersOf(k Keys, w config.Workload, obj client.Object) (candidate, []Note) {
 	c := candidate{w: w}
 	var notes []Note
+	switch v := config.OnFailedRollout(value(obj, k.OnFailedRollout())); v {
+	case "", config.OnFailedRolloutHold, config.OnFailedRolloutRollback:
+		c.onFailed = v
+	default:
+		notes = append(notes, Note{Workload: w, Msg: fmt.Sprintf("%s %q is not one of hold, rollback; hold applies (V2)", k.OnFailedRollout(), v)})
+	}
 	ignored := map[string]bool{}
 	for _, n := range strings.Split(value(obj, k.IgnoreContainers()), ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -221,7 +232,7 @@ func build(prefix, name string, cs []candidate) config.Group {
 		}
 		return strings.Compare(a.w.Kind, b.w.Kind)
 	})
-	g := config.Group{Name: name, Anchor: cs[0].w, Discovered: true}
+	g := config.Group{Name: name, Anchor: cs[0].w, Discovered: true, OnFailedRollout: cs[0].onFailed}
 	index := map[string]int{} // repository:tag → index in g.Images
 	names := map[string]bool{}
 	for _, c := range cs {

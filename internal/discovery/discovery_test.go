@@ -264,3 +264,26 @@ func TestPinFormat_D1_ADiscoveredGroupKeepsTheTag(t *testing.T) {
 		t.Errorf("a configured group pins as %s, want the config's %s", got, imageref.PinDigest)
 	}
 }
+
+func TestDiscover_V2_TheAnchorsOnFailedRolloutIsTheGroups(t *testing.T) {
+	key := prefix + "/on-failed-rollout"
+	res := Discover(Input{Prefix: prefix, Workloads: []client.Object{
+		deployment("shop", "api", enabled(), annotated(key, "rollback"), container("api", "reg.example/acme/api:prod")),
+		deployment("shop", "web", enabled(), container("web", "reg.example/acme/web:prod")),
+		deployment("shop", "odd", enabled(), annotated(key, "retry"), container("odd", "reg.example/acme/odd:prod")),
+	}})
+	got := map[string]config.OnFailedRollout{}
+	for _, g := range res.Groups {
+		got[g.Anchor.Name] = g.OnFailedRollout
+	}
+	if want := map[string]config.OnFailedRollout{"api": config.OnFailedRolloutRollback, "web": "", "odd": ""}; !reflect.DeepEqual(got, want) {
+		t.Errorf("onFailedRollout by anchor %v, want %v", got, want)
+	}
+	noted := false
+	for _, n := range res.Notes {
+		noted = noted || (n.Workload.Name == "odd" && strings.Contains(n.Msg, `"retry" is not one of hold, rollback`))
+	}
+	if !noted {
+		t.Errorf("no note names the invalid %s on odd: %v", key, res.Notes)
+	}
+}

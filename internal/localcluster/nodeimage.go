@@ -134,6 +134,13 @@ func AppImage(cacheDir, build string) (v1.Image, error) {
 	return nodeImage(cacheDir, "nodeapp", "BUILD="+build)
 }
 
+// CrashingAppImage is a build of the test application whose container
+// prints "nodeapp: build BUILD exits CODE" and exits with code at once: a
+// broken release (V2). Its digest differs from AppImage's of the same build.
+func CrashingAppImage(cacheDir, build string, code int) (v1.Image, error) {
+	return nodeImage(cacheDir, "nodeapp", "BUILD="+build, fmt.Sprintf("EXIT_CODE=%d", code))
+}
+
 // writePauseTar writes PauseImage as an image tarball that `ctr images
 // import` reads.
 func writePauseTar(cacheDir, path string) error {

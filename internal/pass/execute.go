@@ -110,7 +110,7 @@ func (r *Runner) reimage(ctx context.Context, p *refresh.Plan, snap Snapshot, an
 		}
 		return true
 	}
-	if !r.waitSettled(ctx, p) {
+	if !r.waitSettled(ctx, p, snap.Observation.Group.OnFailedRollout == config.OnFailedRolloutRollback) {
 		return false
 	}
 	if ended, ok := r.clearAttempt(ctx, p, anchor); !ok {
@@ -146,7 +146,7 @@ func (r *Runner) applyChanges(ctx context.Context, p *refresh.Plan, snap Snapsho
 
 // waitSettled waits for every rollout of the repin (R14 rolloutTimeout);
 // false when one did not settle, and the digest record stays.
-func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan) bool {
+func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan, rollsBack bool) bool {
 	rp := p.Repin
 	for _, w := range rp.Wait {
 		st, err := r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
@@ -155,8 +155,16 @@ func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan) bool {
 			if err != nil {
 				why = err.Error() // names the workload, the timeout and the reason
 			}
-			r.fail(p, "rollout not settled: %s; the digest record is unchanged and the next tick retries (attempt %d of %d)",
-				why, rp.Attempt, r.Config.MaxRefreshAttempts)
+			next := "the next tick retries"
+			switch {
+			case rp.Rollback:
+				next = "the rollback itself did not settle"
+			case rollsBack:
+				next = "onFailedRollout: rollback puts a failed digest change back at once (V2)"
+			}
+			r.fail(p, "rollout not settled: %s; the digest record is unchanged and %s (attempt %d of %d)",
+				why, next, rp.Attempt, r.Config.MaxRefreshAttempts)
+			p.WaitFailed = true
 			return false
 		}
 	}
@@ -295,8 +303,12 @@ func (r *Runner) apply(ctx context.Context, group string, anchor config.Workload
 		// same as a revert; the writer tells them apart.
 		reason, msg := refresh.ReasonRepinned, fmt.Sprintf("%s container %s is not on the pinned digest: fresh install, or a re-render reverted the pin (image last written by %s); re-pinned %s → %s",
 			wc.Workload, c.Container, c.WrittenBy(), c.From, c.To)
-		if c.Cause == refresh.CauseDigestChange {
+		switch c.Cause {
+		case refresh.CauseDigestChange:
 			reason, msg = refresh.ReasonDigestChanged, fmt.Sprintf("re-imaged %s container %s: %s → %s (the registry moved the tag)",
+				wc.Workload, c.Container, c.From, c.To)
+		case refresh.CauseRollback:
+			reason, msg = refresh.ReasonRolledBack, fmt.Sprintf("rolled %s container %s back: %s → %s (the rollout of the new digest failed, V2)",
 				wc.Workload, c.Container, c.From, c.To)
 		}
 		findings = append(findings, refresh.Finding{Severity: refresh.SeverityInfo, Reason: reason, Image: c.Image,
@@ -305,9 +317,13 @@ func (r *Runner) apply(ctx context.Context, group string, anchor config.Workload
 		if r.Metrics != nil {
 			r.Metrics.Repins.WithLabelValues(group, c.Image, string(c.Cause)).Inc()
 		}
-		r.event(ctx, obj, "Normal", reason, msg)
+		evType := "Normal"
+		if c.Cause == refresh.CauseRollback {
+			evType = "Warning"
+		}
+		r.event(ctx, obj, evType, reason, msg)
 		if a, ok := snap.Objects[anchor]; ok && wc.Workload != anchor {
-			r.event(ctx, a, "Normal", reason, msg)
+			r.event(ctx, a, evType, reason, msg)
 		}
 	}
 	return findings, nil

@@ -136,7 +136,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			continue
 		}
 		objs[w] = obj
-		st := refresh.Workload{Settled: obj.Settled.Settled, Reason: obj.Settled.Reason, Containers: map[string]refresh.Container{}}
+		st := refresh.Workload{Settled: obj.Settled.Settled, Reason: obj.Settled.Reason, Failed: obj.Settled.FailedReason(), Containers: map[string]refresh.Container{}}
 		for _, c := range obj.Containers {
 			st.Containers[c.Name] = refresh.Container{Image: c.Image, Manager: c.ImageManager}
 		}
@@ -209,7 +209,7 @@ func (r *Runner) observePods(ctx context.Context, g config.Group, objs map[confi
 			pods, err := r.Workloads.Pods(ctx, obj)
 			read := refresh.PodsRead{Err: err}
 			for _, p := range pods {
-				read.Pods = append(read.Pods, refresh.RunningPod{Name: p.Name, Node: p.Node, ImageIDs: p.ImageIDs})
+				read.Pods = append(read.Pods, refresh.RunningPod{Name: p.Name, Node: p.Node, ImageIDs: p.ImageIDs, Failing: p.Failing})
 			}
 			obs.Pods[w] = read
 		}

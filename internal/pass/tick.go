@@ -49,7 +49,15 @@ func (r *Runner) Tick(ctx context.Context, dryRun bool) Result {
 	}
 	var res Result
 	for _, g := range r.Config.Groups {
-		res.Plans = append(res.Plans, r.Group(ctx, g, latest, GroupOptions{DryRun: dryRun, RollingElsewhere: Elsewhere(rolling, g.Name)}))
+		opts := GroupOptions{DryRun: dryRun, RollingElsewhere: Elsewhere(rolling, g.Name)}
+		p := r.Group(ctx, g, latest, opts)
+		if p.WaitFailed && g.OnFailedRollout == config.OnFailedRolloutRollback && !p.Repin.Rollback {
+			// V2: the rollout this tick waited for failed; the group's
+			// next pass, now, rolls it back (its attempt is released).
+			res.Plans = append(res.Plans, p)
+			p = r.Group(ctx, g, latest, opts)
+		}
+		res.Plans = append(res.Plans, p)
 	}
 	return res
 }
@@ -269,7 +277,7 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 		}
 	}
 	m.SetTargets(p.Group, targets)
-	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonDigestQuarantined, refresh.ReasonRewriteFight, refresh.ReasonRunningStale, refresh.ReasonDigestUnverified} {
+	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonDigestQuarantined, refresh.ReasonRewriteFight, refresh.ReasonRunningStale, refresh.ReasonDigestUnverified, refresh.ReasonRolledBack} {
 		v := 0.0
 		for _, f := range p.Findings {
 			if (f.NeedsHuman || f.Event) && f.Reason == reason {

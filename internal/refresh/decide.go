@@ -133,6 +133,7 @@ func (d *decision) image(img config.Image) {
 		return
 	}
 	d.rememberVerified(img, recorded, latest)
+	d.forgetRolledBack(img, latest)
 	// R7/R19: every target must be readable, else the image is skipped.
 	if !d.readTargets(img) {
 		return

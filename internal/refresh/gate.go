@@ -17,6 +17,11 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	if settled && d.p.SkipStreak > 0 {
 		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
 	}
+	if !blocked {
+		if why := d.failedRollout(settled, notSettled); why != "" && d.rollback(why) {
+			return
+		}
+	}
 	if !blocked && d.s.NoWait && d.p.Attempts > 0 {
 		switch d.inFlight(settled, notSettled, locked) {
 		case rolloutRunning:

@@ -180,9 +180,12 @@ type Revert struct {
 // Workload is one workload as read.
 type Workload struct {
 	// Err is the API error of the read (NotFound, Forbidden, timeout…).
-	Err        error
-	Settled    bool
-	Reason     string // why not settled
+	Err     error
+	Settled bool
+	Reason  string // why not settled
+	// Failed says why its rollout will not finish by itself, as its
+	// controller reports it (ProgressDeadlineExceeded), V2.
+	Failed     string
 	Containers map[string]Container
 }
 

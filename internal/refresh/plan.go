@@ -50,6 +50,9 @@ type Plan struct {
 	// refused, a rollout that did not settle): the controller returns it to
 	// its workqueue, which backs off.
 	Failed error
+	// WaitFailed: the executor waited for the repin's rollout (a tick) and
+	// it did not settle within rolloutTimeout.
+	WaitFailed bool
 }
 
 // NeedsHuman reports whether any finding is not benign: one-shot mode then
@@ -109,6 +112,8 @@ type Repin struct {
 	Unfinished bool
 	// Attempt is the attempt number this repin runs under.
 	Attempt int
+	// Rollback: this repin puts a failed digest change back (V2).
+	Rollback bool
 	// Async: the executor writes the attempt and the images and returns;
 	// the rollout's completion is a later pass's to confirm (NoWait).
 	Async bool
@@ -141,6 +146,9 @@ const (
 	CauseRevert       Cause = "revert"
 	CauseDigestChange Cause = "digest-change"
 	CauseFirstInstall Cause = "first-install"
+	// CauseRollback: a failed digest-change rollout is put back on the
+	// recorded digest (V2).
+	CauseRollback Cause = "rollback"
 )
 
 // Severity of a finding, as logged.
@@ -167,6 +175,7 @@ const (
 	ReasonRearmedByNewDigest = "RearmedByNewDigest"
 	ReasonRunningStale       = "RunningStale"
 	ReasonDigestUnverified   = "DigestUnverified"
+	ReasonRolledBack         = "RolledBack"
 )
 
 // Finding is one thing the operator is told. Non-benign findings
@@ -206,7 +215,8 @@ const (
 	StateUnreadable    State = "unreadable"
 	StateError         State = "error"
 	StateRunningStale  State = "running-stale"
-	StateUnverified    State = "unverified" // V1
+	StateUnverified    State = "unverified"  // V1
+	StateRolledBack    State = "rolled-back" // V2
 )
 
 // Row is one (group, image, target) line of `status`.

@@ -53,12 +53,13 @@ type hold struct {
 // quarantined digest (R23), a spent churn budget (R21), a digest younger
 // than minDigestAge (R22), outside every rollout window (R24). nil: roll it. A revert re-pin is never held: it
 // restores the recorded digest.
-func (d *decision) holdFor(img config.Image, recorded, latest string, recent []time.Time, budgetErr error, seen *state.FirstSeenValue) *hold {
+func (d *decision) holdFor(img config.Image, recorded, latest string, recent []time.Time, budgetErr error, seen *state.FirstSeenValue) (h *hold) {
 	if h := d.unverifiedHold(img, recorded, latest); h != nil {
 		return h
 	}
 	rearm := d.rearm()
 	if !d.locked && slices.Contains(d.lockedOn(img), latest) {
+		defer func() { h = d.rolledBackHold(img, latest, h) }()
 		msg := fmt.Sprintf("the registry serves %s:%s at %s, a digest a lockout of group %s locked on: it is quarantined and never tried again (R23); held on the recorded digest %s",
 			img.Repository, img.Tag, latest, d.p.Group, recorded)
 		return &hold{state: StateQuarantined, finding: Finding{Severity: SeverityWarn, Reason: ReasonDigestQuarantined, Image: img.Name, NeedsHuman: true, Message: msg,

@@ -20,6 +20,9 @@ type PodsRead struct {
 type RunningPod struct {
 	Name, Node string
 	ImageIDs   map[string]string // container name → imageID
+	// Failing: per container that cannot run, why (CrashLoopBackOff with
+	// its last exit code, ImagePullBackOff, …), V2.
+	Failing map[string]string
 }
 
 // RunningDigest is the repository digest of a runtime's imageID

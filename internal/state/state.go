@@ -60,10 +60,12 @@ const (
 	firstSeen
 	lockedOn
 	verified
+	rolledBack
 	discoveredGroup
 	enabled
 	discoveryGroup
 	ignoreContainers
+	onFailedRollout
 )
 
 // table is every key under the prefix, the only list of them: the Keys
@@ -83,10 +85,12 @@ var table = [...]Key{
 	firstSeen:        {Name: "first-seen-<image>", Scope: ScopeImage},
 	lockedOn:         {Name: "locked-on-<image>", Scope: ScopeImage, Rearm: true},
 	verified:         {Name: "verified-<image>", Scope: ScopeImage},
+	rolledBack:       {Name: "rolled-back-<image>", Scope: ScopeImage, Rearm: true},
 	discoveredGroup:  {Name: "discovered-group", Scope: ScopeMarker},
 	enabled:          {Name: "enabled", Scope: ScopeOperator},
 	discoveryGroup:   {Name: "group", Scope: ScopeOperator},
 	ignoreContainers: {Name: "ignore-containers", Scope: ScopeOperator},
+	onFailedRollout:  {Name: "on-failed-rollout", Scope: ScopeOperator},
 }
 
 // Table returns every key under the prefix, in the table's order.
@@ -169,6 +173,16 @@ func (k Keys) LockedOn(image string) string { return k.image(lockedOn, image) }
 // policy whose keys changed does. The record itself was verified when it was
 // recorded.
 func (k Keys) Verified(image string) string { return k.image(verified, image) }
+
+// RolledBack names the digest of image whose rollout failed and was rolled
+// back, and why (V2): "<digest> <reason>". The digest is quarantined too
+// (LockedOn); this key makes `status` say rolled-back, with the pods' own
+// reason, while the registry still serves it.
+func (k Keys) RolledBack(image string) string { return k.image(rolledBack, image) }
+
+// OnFailedRollout is the annotation on a discovered group's anchor that
+// sets its onFailedRollout (V2): "hold" or "rollback".
+func (k Keys) OnFailedRollout() string { return k.key(onFailedRollout) }
 
 // DiscoveredGroup marks the anchor of a group that discovery found (D1);
 // its value is the group's name. It is what lets a workload go once it is

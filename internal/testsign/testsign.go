@@ -58,11 +58,30 @@ type Signer struct {
 // NewSigner makes a key pair; file names its public key.
 func NewSigner(t testing.TB, file string) Signer {
 	t.Helper()
-	kp, err := sign.NewEphemeralKeypair(nil)
+	s, err := NewKeyPair(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Signer{kp: kp, File: file}
+	return s
+}
+
+// NewKeyPair is NewSigner for a caller without a testing.TB (make demo).
+func NewKeyPair(file string) (Signer, error) {
+	kp, err := sign.NewEphemeralKeypair(nil)
+	if err != nil {
+		return Signer{}, err
+	}
+	return Signer{kp: kp, File: file}, nil
+}
+
+// PublicKeyPEM is the public key as `cosign generate-key-pair` writes
+// cosign.pub.
+func (s Signer) PublicKeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(s.PublicKey())
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }
 
 // PublicKey is the key a policy verifies with.
@@ -73,12 +92,12 @@ func (s Signer) PublicKey() crypto.PublicKey { return s.kp.GetPublicKey() }
 // which becomes s.File.
 func (s *Signer) WritePublicKey(t testing.TB, dir string) string {
 	t.Helper()
-	der, err := x509.MarshalPKIXPublicKey(s.PublicKey())
+	data, err := s.PublicKeyPEM()
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, filepath.Base(s.File))
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s.File = path
@@ -206,22 +225,31 @@ func (s Signer) AttachLegacy(t testing.TB, onto name.Digest, opts []remote.Optio
 // (cosign v2's keyless signature carries its certificate in one).
 func (s Signer) AttachLegacyWith(t testing.TB, onto name.Digest, opts []remote.Option, annotations map[string]string, payloads ...[]byte) {
 	t.Helper()
+	tag, img, err := s.LegacySignature(onto, annotations, payloads...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, opts...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// LegacySignature is the cosign .sig manifest for onto and the tag it goes
+// to: one simple-signing layer per payload, each signed by s.
+func (s Signer) LegacySignature(onto name.Digest, annotations map[string]string, payloads ...[]byte) (name.Tag, v1.Image, error) {
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	for _, p := range payloads {
 		sig, _, err := s.kp.SignData(context.Background(), p)
 		if err != nil {
-			t.Fatal(err)
+			return name.Tag{}, nil, err
 		}
 		ann := map[string]string{signatureAnnotation: base64.StdEncoding.EncodeToString(sig)}
 		maps.Copy(ann, annotations)
 		img, err = mutate.Append(img, mutate.Addendum{Layer: static.NewLayer(p, simpleSigningMediaType), Annotations: ann})
 		if err != nil {
-			t.Fatal(err)
+			return name.Tag{}, nil, err
 		}
 	}
-	tag := onto.Context().Tag(strings.Replace(onto.DigestStr(), ":", "-", 1) + ".sig")
-	if err := remote.Write(tag, img, opts...); err != nil {
-		t.Fatal(err)
-	}
+	return onto.Context().Tag(strings.Replace(onto.DigestStr(), ":", "-", 1) + ".sig"), img, nil
 }

@@ -15,6 +15,37 @@ import (
 type Pod struct {
 	Name, Node string
 	ImageIDs   map[string]string // container name → imageID
+	// Failing holds, per container that cannot run, why: its waiting
+	// reason (CrashLoopBackOff, ImagePullBackOff, …), message and last exit
+	// code (V2).
+	Failing map[string]string
+}
+
+// failingReasons are the waiting reasons of a container that will not run
+// without a change (V2): not the ones of a container still starting.
+var failingReasons = map[string]bool{
+	"CrashLoopBackOff": true, "ImagePullBackOff": true, "ErrImagePull": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
+}
+
+// failing says why a container cannot run, or "".
+func failing(cs corev1.ContainerStatus) string {
+	w := cs.State.Waiting
+	if w == nil || !failingReasons[w.Reason] {
+		return ""
+	}
+	why := w.Reason
+	if t := cs.LastTerminationState.Terminated; t != nil {
+		why += fmt.Sprintf(" (last exit code %d", t.ExitCode)
+		if t.Reason != "" {
+			why += ", " + t.Reason
+		}
+		why += ")"
+	}
+	if w.Message != "" {
+		why += ": " + w.Message
+	}
+	return why
 }
 
 // Pods lists the pods of obj that run its current pod template's images
@@ -56,6 +87,12 @@ func (c *Client) Pods(ctx context.Context, obj *Object) ([]Pod, error) {
 		pod := Pod{Name: p.Name, Node: p.Spec.NodeName, ImageIDs: map[string]string{}}
 		for _, cs := range p.Status.ContainerStatuses {
 			pod.ImageIDs[cs.Name] = cs.ImageID
+			if why := failing(cs); why != "" {
+				if pod.Failing == nil {
+					pod.Failing = map[string]string{}
+				}
+				pod.Failing[cs.Name] = why
+			}
 		}
 		out = append(out, pod)
 	}
@@ -96,7 +133,11 @@ func StripPod(in any) (any, error) {
 		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
 	}
 	for _, cs := range p.Status.ContainerStatuses {
-		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{Name: cs.Name, ImageID: cs.ImageID})
+		kept := corev1.ContainerStatus{Name: cs.Name, ImageID: cs.ImageID}
+		if failing(cs) != "" { // V2 reads why it cannot run
+			kept.State.Waiting, kept.LastTerminationState.Terminated = cs.State.Waiting, cs.LastTerminationState.Terminated
+		}
+		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, kept)
 	}
 	return out, nil
 }

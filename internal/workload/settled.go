@@ -23,7 +23,21 @@ type Settledness struct {
 	// but only image-refresh's own annotation writes moved it; the status
 	// decided.
 	OwnBumps bool
-	status   *Settledness // what the status says, generation aside
+	// Failed says why the rollout will not finish by itself, as the
+	// workload's controller reports it: a Deployment past its
+	// progressDeadlineSeconds (ProgressDeadlineExceeded). V2 rolls back
+	// on it without waiting out rolloutTimeout.
+	Failed string
+	status *Settledness // what the status says, generation aside
+}
+
+// FailedReason is Failed, also of a status whose generation the
+// controller has not observed yet.
+func (s Settledness) FailedReason() string {
+	if s.Failed == "" && s.status != nil {
+		return s.status.Failed
+	}
+	return s.Failed
 }
 
 func unobserved(observed, generation int64, status Settledness) Settledness {
@@ -51,15 +65,23 @@ func deploymentStatus(d *appsv1.Deployment) Settledness {
 		want = *d.Spec.Replicas
 	}
 	s := d.Status
+	var st Settledness
 	switch {
 	case s.UpdatedReplicas < want:
-		return notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
+		st = notSettled("%d of %d replicas updated", s.UpdatedReplicas, want)
 	case s.Replicas > s.UpdatedReplicas:
-		return notSettled("%d old replicas pending termination", s.Replicas-s.UpdatedReplicas)
+		st = notSettled("%d old replicas pending termination", s.Replicas-s.UpdatedReplicas)
 	case s.AvailableReplicas < want:
-		return notSettled("%d of %d updated replicas available", s.AvailableReplicas, want)
+		st = notSettled("%d of %d updated replicas available", s.AvailableReplicas, want)
+	default:
+		return Settledness{Settled: true}
 	}
-	return Settledness{Settled: true}
+	for _, c := range s.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == "False" && c.Reason == "ProgressDeadlineExceeded" {
+			st.Failed = "ProgressDeadlineExceeded: " + c.Message
+		}
+	}
+	return st
 }
 
 // DaemonSetSettled: every scheduled pod is updated and available. A node

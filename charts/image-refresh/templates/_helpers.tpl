@@ -118,7 +118,8 @@ Seconds (a float) in a Go duration string ("10m", "1h30m", "1.5h",
 {{/*
 activeDeadlineSeconds of the tick Job: cronjob.activeDeadlineSeconds when
 set; else the tick's own deadline (R14, internal/config
-EffectiveTickTimeout: tickTimeout, or (distinct workloads incl. anchors + 1)
+EffectiveTickTimeout: tickTimeout, or (distinct workloads incl. anchors,
+plus those of each onFailedRollout: rollback group again, + 1)
 × rolloutTimeout + 2m) plus 60 s, so the tick hits its deadline, reports
 RefreshError and exits before the Job controller kills the pod.
 */}}
@@ -132,6 +133,15 @@ RefreshError and exits before the Job controller kills the pod.
 {{- range $ns, $info := include "image-refresh.workloads" . | fromJson }}
 {{- range $kind, $names := $info.kinds }}
 {{- $n = add $n (len $names) }}
+{{- end }}
+{{- end }}
+{{- range .Values.config.groups }}
+{{- if eq (toString .onFailedRollout) "rollback" }}
+{{- $seen := dict (printf "%s/%s/%s" .anchor.kind .anchor.namespace .anchor.name) true }}
+{{- range .images }}{{- range .targets }}
+{{- $_ := set $seen (printf "%s/%s/%s" .kind .namespace .name) true }}
+{{- end }}{{- end }}
+{{- $n = add $n (len $seen) }}
 {{- end }}
 {{- end }}
 {{- $rollout := include "image-refresh.seconds" (.Values.config.rolloutTimeout | default "10m") | float64 }}

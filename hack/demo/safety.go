@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/internal/localcluster"
+	"github.com/image-refresh/image-refresh/internal/testsign"
+)
+
+// checkout is step 8's workload on the real node: configured (not
+// labelled) in a config of its own, under a verification policy and
+// onFailedRollout: rollback.
+var checkout = target{"Deployment", "checkout", "app", "checkout"}
+
+// 8. V1 and V2 on the real node: an unsigned push is held, a signed build
+// that crashes is rolled back.
+func (d *demo) stepSafety() {
+	d.step(8, nSteps, "Only signed builds move, and a broken one is rolled back")
+	if d.cluster.Real == nil {
+		d.say("skipped: `make demo REAL_NODES=0` started no real node.")
+		return
+	}
+	key, err := testsign.NewKeyPair("release.pub")
+	d.must(err, "make the release key")
+	pub, err := key.PublicKeyPEM()
+	d.must(err, "the release key's public half")
+	keyFile := filepath.Join(d.work, "release.pub")
+	d.must(os.WriteFile(keyFile, pub, 0o600), "write "+keyFile)
+	cfg := filepath.Join(d.work, "checkout.yaml")
+	repo := d.nodeRepo(checkout.image)
+	d.must(os.WriteFile(cfg, []byte(fmt.Sprintf(`annotationPrefix: %s
+rolloutTimeout: 20s
+registries:
+  - {host: "%s", insecure: true}
+verification:
+  - name: release
+    repositories: ["%s"]
+    cosign: {publicKeys: [%s]}
+groups:
+  - name: checkout
+    onFailedRollout: rollback
+    anchor: {kind: Deployment, namespace: %s, name: checkout}
+    images:
+      - name: app
+        repository: %s
+        tag: %s
+        targets:
+          - {kind: Deployment, namespace: %s, name: checkout, container: app}
+`, prefix, d.nodeReg, repo, keyFile, namespace, repo, tag, namespace)), 0o644), "write "+cfg)
+	d.say("A config of its own (%s): only builds signed with release.pub (a cosign key made now) move,", filepath.Base(cfg))
+	d.say("and a rollout that fails is rolled back (onFailedRollout: rollback). Build A, signed:")
+	a := d.pushBuild(checkout.image, "A")
+	d.sign(key, repo, a)
+	d.createApp(checkout, repo+":"+tag)
+	d.appPod(checkout)
+	d.tickWith(cfg, 0)
+	d.tickWith(cfg, 0)
+	d.appPod(checkout)
+	d.wantImage(checkout, repo+":"+tag+"@"+a)
+	d.ok("checkout is pinned to the signed build A")
+
+	d.say("Build B is pushed without a signature:")
+	b := d.pushBuild(checkout.image, "B")
+	logs := d.tickWith(cfg, 1)
+	if !strings.Contains(logs, b) || !strings.Contains(logs, "no signature found") {
+		d.failf("the tick does not say %s has no signature", short(b))
+	}
+	d.wantImage(checkout, repo+":"+tag+"@"+a)
+	d.ok("held: B did not verify (no signature found), checkout stays on A; exit 1 and an Event say so")
+
+	d.say("Build C is signed, but its container exits 1 at once:")
+	c := d.pushCrashing(checkout.image, "C")
+	d.sign(key, repo, c)
+	logs = d.tickWith(cfg, 1)
+	if !strings.Contains(logs, "rolled back to the recorded digest "+a) {
+		d.failf("the tick does not say it rolled C back to A")
+	}
+	d.wantImage(checkout, repo+":"+tag+"@"+a)
+	dep, err := d.kube.AppsV1().Deployments(namespace).Get(d.ctx, checkout.name, metav1.GetOptions{})
+	d.must(err, "read Deployment checkout")
+	if got := dep.Annotations[prefix+"/locked-on-app"]; got != c {
+		d.failf("C is not quarantined (locked-on-app %q)", got)
+	}
+	d.appPod(checkout)
+	d.ok("C's pods never became Ready: rolled back to A within one tick, C quarantined (never tried again by itself)")
+}
+
+func (d *demo) sign(key testsign.Signer, repo, digest string) {
+	ref, err := name.NewDigest(repo+"@"+digest, name.Insecure)
+	d.must(err, "name "+digest)
+	tagRef, img, err := key.LegacySignature(ref, nil, testsign.LegacyPayload(ref))
+	d.must(err, "sign "+digest)
+	d.must(remote.Write(tagRef, img, remote.WithContext(d.ctx)), "push the signature of "+digest)
+	d.ok("signed %s with release.key (a cosign signature at %s)", short(digest), tagRef.TagStr()[:19]+"….sig")
+}
+
+// pushCrashing publishes a build whose container exits 1 at once.
+func (d *demo) pushCrashing(img, build string) string {
+	app, err := localcluster.CrashingAppImage(d.o.binDir, build, 1)
+	d.must(err, "build the crashing image")
+	ref, err := name.NewTag(d.repo(img)+":"+tag, name.Insecure)
+	d.must(err, "name the crashing image")
+	d.must(remote.Write(ref, app, remote.WithContext(d.ctx)), "push build "+build)
+	digest, err := app.Digest()
+	d.must(err, "digest of build "+build)
+	d.ok("pushed %s:%s  build %s (exits 1)  %s → %s", d.nodeRepo(img), tag, build, short(d.digests[img]), short(digest.String()))
+	d.digests[img] = digest.String()
+	return digest.String()
+}
+
+// tickWith runs one tick of config cfg and fails unless it exits want.
+func (d *demo) tickWith(cfg string, want int) string {
+	code, _, logs := d.imageRefresh("tick", "--config", cfg, "--discovery=false")
+	if code != want {
+		d.failf("tick exited %d, want %d", code, want)
+	}
+	return logs
+}
+
+func (d *demo) wantImage(t target, want string) {
+	dep, err := d.kube.AppsV1().Deployments(namespace).Get(d.ctx, t.name, metav1.GetOptions{})
+	d.must(err, "read Deployment "+t.name)
+	if got := dep.Spec.Template.Spec.Containers[0].Image; got != want {
+		d.failf("%s asks for %s, want %s", t.name, got, want)
+	}
+}
