@@ -120,6 +120,13 @@ func TestTick_V1_OnlyASignedDigestIsRecordedAndPinned(t *testing.T) {
 		t.Errorf("status row %v, want unverified, held on %s", r, d0)
 	}
 
+	// Fix B serves records only: render pins the bare tag to the verified
+	// d0, never to the unverified d1 the tag points to.
+	code, out, rlogs, _ := e.render(e.seedManifests(), "--config", cfg, "--kubeconfig", e.kubeconfig, "--namespace", e.ns)
+	if code != 0 || !strings.Contains(out, onTag+"@"+d0) || strings.Contains(out, d1) {
+		t.Errorf("render (exit %d) did not pin to the verified %s only:\n%s\n%s", code, d0, out, rlogs)
+	}
+
 	// Signed with the policy's key (a bundle, cosign v3): rolled out.
 	s.key.SignBundle(t, s.ref(d1))
 	if code, logs := e.tick(cfg); code != 0 {

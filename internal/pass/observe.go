@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/gitops"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -138,7 +139,11 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		objs[w] = obj
 		st := refresh.Workload{Settled: obj.Settled.Settled, Reason: obj.Settled.Reason, Failed: obj.Settled.FailedReason(), Containers: map[string]refresh.Container{}}
 		for _, c := range obj.Containers {
-			st.Containers[c.Name] = refresh.Container{Image: c.Image, Manager: c.ImageManager}
+			rc := refresh.Container{Image: c.Image, Manager: c.ImageManager}
+			if w, ok := gitops.Identify(c.ImageManager, obj.Labels, obj.Annotations); ok {
+				rc.GitOps = &w // O2: the revert's writer is a GitOps tool
+			}
+			st.Containers[c.Name] = rc
 		}
 		obs.Workloads[w] = st
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/gitops"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 )
 
@@ -193,6 +194,9 @@ type Workload struct {
 type Container struct {
 	Image   string
 	Manager string // field manager of .image, from managedFields
+	// GitOps is the GitOps controller behind Manager, with its
+	// application (O2); nil for any other writer.
+	GitOps *gitops.Writer
 }
 
 // Resolution is the registry's answer for repository:tag.

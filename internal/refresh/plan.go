@@ -1,9 +1,11 @@
 package refresh
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/gitops"
 )
 
 // Plan is what one tick of one group does, in order:
@@ -134,10 +136,21 @@ type ImageChange struct {
 	// Writer is the field manager that last wrote the live image: for a
 	// revert, who reverted (e.g. "helm").
 	Writer string
+	// GitOps is the GitOps controller behind Writer, with its application
+	// (O2); nil for any other writer.
+	GitOps *gitops.Writer
 }
 
-// WrittenBy names who last wrote the replaced reference, for messages.
-func (c ImageChange) WrittenBy() string { return orUnknown(c.Writer) }
+// WrittenBy names who last wrote the replaced reference, for messages: the
+// GitOps tool and its application, or the field manager.
+func (c ImageChange) WrittenBy() string { return writerName(c.Writer, c.GitOps) }
+
+func writerName(manager string, g *gitops.Writer) string {
+	if g != nil {
+		return fmt.Sprintf("%s, field manager %s", g, manager)
+	}
+	return orUnknown(manager)
+}
 
 // Cause says why a target is re-pinned (metric label, event text).
 type Cause string

@@ -115,8 +115,8 @@ func (d *decision) target(r rollTo, t config.Target) (changed bool) {
 	}
 	live, _ := imageref.Parse(c.Image)
 	to := imageref.Pin(live.Repository, img.Tag, r.latest, d.s.PinFormat)
-	d.addChange(t.Workload(), ImageChange{Image: img.Name, Container: t.Container, From: c.Image, To: to, Cause: cause, Writer: c.Manager})
-	msg := fmt.Sprintf("not on the pinned digest: fresh install, or a re-render reverted the pin (image last written by %s)", orUnknown(c.Manager))
+	d.addChange(t.Workload(), ImageChange{Image: img.Name, Container: t.Container, From: c.Image, To: to, Cause: cause, Writer: c.Manager, GitOps: c.GitOps})
+	msg := fmt.Sprintf("not on the pinned digest: fresh install, or a re-render reverted the pin (image last written by %s)", writerName(c.Manager, c.GitOps))
 	if r.digestChanged {
 		msg = fmt.Sprintf("the registry moved %s:%s from %s to %s", img.Repository, img.Tag, r.recorded, r.latest)
 	}
@@ -149,6 +149,12 @@ func (d *decision) fought(img config.Image, t config.Target) bool {
 	}
 	msg := fmt.Sprintf("the environment rewrites image references: %s rewrote %s right after each of the last re-pins; image-refresh leaves it alone", writer, t)
 	rem := fmt.Sprintf("stop %s from rewriting the image of this container (a mutating webhook or another controller), or remove the target from the config", writer)
+	if g := d.obs.Workloads[t.Workload()].Containers[t.Container].GitOps; g != nil && g.Manager == writer {
+		// O2: a GitOps controller syncs the bare tag back; its own
+		// setting ends the fight.
+		msg = fmt.Sprintf("%s syncs the bare tag back: %s (field manager %s) rewrote %s right after each of the last re-pins; image-refresh leaves it alone", g.Tool, g, writer, t)
+		rem = g.Remediation()
+	}
 	d.find(Finding{Severity: SeverityWarn, Reason: ReasonRewriteFight, Image: img.Name, Target: &t, Message: msg, Remediation: rem, NeedsHuman: true, Writer: writer})
 	d.row(img, t, StateError, msg, rem)
 	return true

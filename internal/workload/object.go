@@ -18,6 +18,9 @@ type Object struct {
 	ResourceVersion string
 	Generation      int64
 	Annotations     map[string]string
+	// Labels are the workload's own (not its pod template's): GitOps
+	// controllers' tracking labels name the application that applied it (O2).
+	Labels map[string]string
 	// Containers are spec.template.spec.containers in order; init
 	// containers are not targets.
 	Containers     []Container
@@ -114,6 +117,7 @@ func newObject(k *Kind, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, s
 		ResourceVersion: meta.ResourceVersion,
 		Generation:      meta.Generation,
 		Annotations:     map[string]string{},
+		Labels:          meta.Labels,
 		ServiceAccount:  tmpl.Spec.ServiceAccountName,
 		Settled:         settled,
 	}

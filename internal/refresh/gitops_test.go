@@ -1,0 +1,56 @@
+package refresh
+
+import (
+	"github.com/image-refresh/image-refresh/internal/config"
+	"testing"
+
+	"github.com/image-refresh/image-refresh/internal/gitops"
+)
+
+// O2: a revert written by a GitOps controller names the tool and its
+// application, and a fight with it ends with that tool's own setting.
+
+func byGitOps(w gitops.Writer) obsOpt {
+	return func(o *Observation) {
+		c := o.Workloads[webAPI.Workload()].Containers[webAPI.Container]
+		c.Image, c.Manager, c.GitOps = onTag, w.Manager, &w
+		o.Workloads[webAPI.Workload()].Containers[webAPI.Container] = c
+	}
+}
+
+func TestDecide_O2_AGitOpsRevertAndFightNameTheToolItsApplicationAndItsSetting(t *testing.T) {
+	g := group(withImage("api", on(webAPI)))
+	argo := gitops.Writer{Tool: gitops.ArgoCD, App: "Application shop", Manager: "argocd-controller"}
+	base := func(opts ...obsOpt) Observation {
+		return observe(g, append([]obsOpt{withAnchor(pinnedBefore("api", dB)), withLatest("api", dB), withLive(webAPI, onTag)}, opts...)...)
+	}
+	run(t, map[string]decideCase{
+		"the revert's message and its change name Argo CD and the Application": {
+			obs: base(byGitOps(argo)),
+			want: want{rows: []string{"api web/api: drifted"}, repin: &wantRepin{
+				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, argocd-controller)"},
+				wait:    []string{"web"}, clear: kv{k.Attempt(): deleted}}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "row message", p.Rows[0].Message, "Argo CD (Application shop), field manager argocd-controller")
+				contains(t, "WrittenBy", p.Repin.Changes[0].Images[0].WrittenBy(), "Argo CD (Application shop)")
+			},
+		},
+		"a fight with Argo CD names it and its setting that ends the fight (C5)": {
+			obs:  base(byGitOps(argo), func(o *Observation) { o.Fights = map[config.Target]string{webAPI: "argocd-controller"} }),
+			want: want{rows: []string{"api web/api: error"}, findings: []string{"api: WARN ImageRewriteFight needs-human"}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "Argo CD syncs the bare tag back: Argo CD (Application shop)")
+				contains(t, "remediation", p.Findings[0].Remediation, "RespectIgnoreDifferences=true")
+				contains(t, "remediation", p.Findings[0].Remediation, "Application shop")
+			},
+		},
+		"a fight with another writer keeps the generic remediation": {
+			obs:  base(func(o *Observation) { o.Fights = map[config.Target]string{webAPI: "kyverno"} }),
+			want: want{rows: []string{"api web/api: error"}, findings: []string{"api: WARN ImageRewriteFight needs-human"}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "remediation", p.Findings[0].Remediation, "stop kyverno from rewriting")
+			},
+		},
+	})
+}
