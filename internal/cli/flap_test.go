@@ -26,7 +26,8 @@ func imageMoves(versions []deployVersion, container, from string) (moves int, se
 // ticks (a minute apart on the injected clock): with maxDigestChanges 2 per
 // 1h the targets roll twice, then the image is held on its recorded digest
 // as tag-flapping, loudly (exit 1, TagFlapping Event naming rearm, status
-// row "tag-flapping"); a revert while held is re-pinned to the recorded
+// row "tag-flapping"), also on the ticks that find the tag back on the
+// recorded digest; a revert while held is re-pinned to the recorded
 // digest (R7). An hour later on the clock the hold ends by itself: the next
 // tick rolls to the tag's digest. rearm also ends a hold at once.
 func TestTick_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
@@ -54,13 +55,13 @@ func TestTick_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
 		{b, false, 0, pinB}, // move 1: rolled
 		{a, false, 0, pinA}, // move 2: rolled
 		{b, false, 1, pinA}, // budget spent: held on a
-		{a, false, 0, pinA}, // the tag is back on the record: nothing to do
+		{a, false, 1, pinA}, // the tag is back on the record: still tag-flapping (R21)
 		{b, true, 1, pinA},  // held, and a revert is re-pinned to the record
-		{a, false, 0, pinA}, // nothing to do
+		{a, false, 1, pinA},
 		{b, false, 1, pinA}, // held
-		{a, false, 0, pinA},
+		{a, false, 1, pinA},
 		{b, false, 1, pinA},
-		{a, false, 0, pinA},
+		{a, false, 1, pinA},
 	}
 	for i, s := range steps {
 		e.clock.Add(time.Minute)

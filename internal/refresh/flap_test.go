@@ -20,6 +20,12 @@ func budget(max int, window time.Duration) settingsOpt {
 	}
 }
 
+// later renders the time that many minutes after flapNow, as the
+// tag-flapping marker holds it.
+func later(minutes int) string {
+	return flapNow.Add(time.Duration(minutes) * time.Minute).Format(time.RFC3339)
+}
+
 // ago renders times that many minutes before flapNow, as the annotation holds them.
 func ago(minutes ...int) string {
 	var ts []time.Time
@@ -72,8 +78,9 @@ func TestDecide_R21_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 			settings: []settingsOpt{budget(3, time.Hour)},
 			obs:      moved(ptr(ago(50, 20, 5)), onA...),
 			want: want{
-				rows:     heldRows,
-				findings: []string{"api: WARN TagFlapping needs-human"},
+				rows:        heldRows,
+				findings:    []string{"api: WARN TagFlapping needs-human"},
+				bookkeeping: kv{k.TagFlapping("api"): later(10)},
 			},
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "finding", p.Findings[0].Message, "moved 3 times in the last 1h0m0s")
@@ -86,8 +93,9 @@ func TestDecide_R21_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 			settings: []settingsOpt{budget(3, time.Hour)},
 			obs:      moved(ptr(ago(50, 20, 5)), withLive(webAPI, onTag), withLive(agentMon, pinned(dA))),
 			want: want{
-				rows:     []string{"api web/api: drifted", "api agent/monitor: tag-flapping"},
-				findings: []string{"api: WARN TagFlapping needs-human"},
+				rows:        []string{"api web/api: drifted", "api agent/monitor: tag-flapping"},
+				findings:    []string{"api: WARN TagFlapping needs-human"},
+				bookkeeping: kv{k.TagFlapping("api"): later(10)},
 				repin: &wantRepin{
 					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
 					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
@@ -99,12 +107,12 @@ func TestDecide_R21_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 		"held, a target someone moved to the registry's answer is not rolled back": {
 			settings: []settingsOpt{budget(3, time.Hour)},
 			obs:      moved(ptr(ago(50, 20, 5)), withLive(webAPI, pinned(dB)), withLive(agentMon, pinned(dA))),
-			want:     want{rows: heldRows, findings: []string{"api: WARN TagFlapping needs-human"}},
+			want:     want{rows: heldRows, findings: []string{"api: WARN TagFlapping needs-human"}, bookkeeping: kv{k.TagFlapping("api"): later(10)}},
 		},
 		"a budget value that does not parse holds the image (fail-safe, never as no moves)": {
 			settings: []settingsOpt{budget(3, time.Hour)},
 			obs:      moved(ptr("yesterday"), onA...),
-			want:     want{rows: heldRows, findings: []string{"api: WARN TagFlapping needs-human"}},
+			want:     want{rows: heldRows, findings: []string{"api: WARN TagFlapping needs-human"}, bookkeeping: kv{k.TagFlapping("api"): later(60)}},
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "finding", p.Findings[0].Message, k.DigestChanges("api"))
 				contains(t, "finding", p.Findings[0].Message, "fail-safe")
@@ -113,7 +121,7 @@ func TestDecide_R21_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 		"a time ahead of the clock still counts (fail-safe)": {
 			settings: []settingsOpt{budget(1, time.Hour)},
 			obs:      moved(ptr(ago(-30)), onA...),
-			want:     want{rows: heldRows, findings: []string{"api: WARN TagFlapping needs-human"}},
+			want:     want{rows: heldRows, findings: []string{"api: WARN TagFlapping needs-human"}, bookkeeping: kv{k.TagFlapping("api"): later(90)}},
 		},
 		"the tag back on the recorded digest is no hold: nothing to do": {
 			settings: []settingsOpt{budget(3, time.Hour)},
@@ -140,6 +148,114 @@ func TestDecide_R21_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 					r.record = kv{k.Record("api"): "<B>"}
 					return r
 				}(),
+			},
+		},
+	})
+}
+
+// R21: the flapping state lasts its window. Once the spent budget held a
+// move (the marker, written with the hold), the image is tag-flapping until
+// the oldest counted move leaves the window, also while the tag sits on the
+// held digest: the finding (and the alert on it) does not end and start
+// again with each flip. Then the marker goes, with one INFO line.
+func TestDecide_R21_TheFlappingStateLastsItsWindow(t *testing.T) {
+	g := group(withImage("api", on(webAPI, agentMon)))
+	onRecord := func(changes, marker *string, latest string, opts ...obsOpt) Observation {
+		a := pinnedBefore("api", dA)
+		if changes != nil {
+			a[k.DigestChanges("api")] = *changes
+		}
+		if marker != nil {
+			a[k.TagFlapping("api")] = *marker
+		}
+		return observe(g, append([]obsOpt{withAnchor(a), withLatest("api", latest)}, opts...)...)
+	}
+	onA := []obsOpt{withLive(webAPI, pinned(dA)), withLive(agentMon, pinned(dA))}
+	held := []string{"api web/api: tag-flapping", "api agent/monitor: tag-flapping"}
+	pinnedRows := []string{"api web/api: pinned", "api agent/monitor: pinned"}
+	run(t, map[string]decideCase{
+		"held before, the tag back on the held digest within the window: still tag-flapping, loudly": {
+			settings: []settingsOpt{budget(2, time.Hour)},
+			obs:      onRecord(ptr(ago(50, 20)), ptr(later(10)), dA, onA...),
+			want:     want{rows: held, findings: []string{"api: WARN TagFlapping needs-human"}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "is flapping")
+				contains(t, "finding", p.Findings[0].Message, "back on the held digest "+dA)
+				contains(t, "finding", p.Findings[0].Message, "until "+later(10))
+				contains(t, "remediation", p.Findings[0].Remediation, rearm)
+				contains(t, "row", p.Rows[0].Remediation, rearm)
+			},
+		},
+		"held before, the next flip is held again and the marker is not rewritten": {
+			settings: []settingsOpt{budget(2, time.Hour)},
+			obs:      onRecord(ptr(ago(50, 20)), ptr(later(10)), dB, onA...),
+			want:     want{rows: held, findings: []string{"api: WARN TagFlapping needs-human"}},
+		},
+		"never held: a spent budget with the tag on the record is no flap": {
+			settings: []settingsOpt{budget(2, time.Hour)},
+			obs:      onRecord(ptr(ago(50, 20)), nil, dA, onA...),
+			want:     want{rows: pinnedRows},
+		},
+		"held before, the window has passed: the marker goes with one INFO line": {
+			settings: []settingsOpt{budget(2, time.Hour)},
+			obs:      onRecord(ptr(ago(70, 20)), ptr(later(-10)), dA, onA...),
+			want: want{
+				rows:        pinnedRows,
+				findings:    []string{"api: INFO - benign"},
+				bookkeeping: kv{k.TagFlapping("api"): deleted},
+			},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "no longer held as flapping")
+			},
+		},
+		"held before, the window has passed and the tag on another digest: it rolls, the marker goes": {
+			settings: []settingsOpt{budget(2, time.Hour)},
+			obs:      onRecord(ptr(ago(70, 20)), ptr(later(-10)), dB, onA...),
+			want: want{
+				rows:        []string{"api web/api: drifted", "api agent/monitor: drifted"},
+				findings:    []string{"api: INFO - benign"},
+				bookkeeping: kv{k.TagFlapping("api"): deleted},
+				repin: &wantRepin{
+					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+					changes: []string{
+						"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
+						"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
+					},
+					wait:   []string{"web", "agent"},
+					clear:  kv{k.Attempt(): deleted},
+					record: kv{k.Record("api"): "<B>", k.DigestChanges("api"): ago(20, 0)},
+				},
+			},
+		},
+		"held before, a budget that does not parse keeps it tag-flapping (fail-safe)": {
+			settings: []settingsOpt{budget(2, time.Hour)},
+			obs:      onRecord(ptr("yesterday"), ptr(later(10)), dA, onA...),
+			want:     want{rows: held, findings: []string{"api: WARN TagFlapping needs-human"}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "fail-safe")
+			},
+		},
+		"held before, the bound turned off (window 0): the marker goes": {
+			settings: []settingsOpt{budget(2, 0)},
+			obs:      onRecord(ptr(ago(50, 20)), ptr(later(10)), dA, onA...),
+			want: want{
+				rows:        pinnedRows,
+				findings:    []string{"api: INFO - benign"},
+				bookkeeping: kv{k.TagFlapping("api"): deleted},
+			},
+		},
+		"held, on the held digest, a target reverted to the tag is re-pinned to it (R7); the other stays tag-flapping": {
+			settings: []settingsOpt{budget(2, time.Hour)},
+			obs:      onRecord(ptr(ago(50, 20)), ptr(later(10)), dA, withLive(webAPI, onTag), withLive(agentMon, pinned(dA))),
+			want: want{
+				rows:     []string{"api web/api: drifted", "api agent/monitor: tag-flapping"},
+				findings: []string{"api: WARN TagFlapping needs-human"},
+				repin: &wantRepin{
+					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
+					wait:    []string{"web", "agent"},
+					clear:   kv{k.Attempt(): deleted},
+				},
 			},
 		},
 	})

@@ -65,18 +65,16 @@ func (d *decision) holdFor(img config.Image, recorded, latest string, recent []t
 		return &hold{state: StateQuarantined, finding: Finding{Severity: SeverityWarn, Reason: ReasonDigestQuarantined, Image: img.Name, NeedsHuman: true, Message: msg,
 			Remediation: "publish a fixed build under the tag (a new digest is tried by itself), or, to try the quarantined digest again, run: " + rearm}}
 	}
-	if d.s.DigestChangeWindow > 0 && (budgetErr != nil || len(recent) >= d.s.MaxDigestChanges) {
+	if d.budgetSpent(recent, budgetErr) {
 		var msg string
 		if budgetErr != nil {
 			msg = fmt.Sprintf("%v; treated as a spent digest-change budget (fail-safe): %s:%s is held on its recorded digest %s instead of moving to %s",
 				budgetErr, img.Repository, img.Tag, recorded, latest)
 		} else {
-			until := recent[len(recent)-d.s.MaxDigestChanges].Add(d.s.DigestChangeWindow)
 			msg = fmt.Sprintf("the tag %s:%s is flapping: its digest moved %d times in the last %s (maxDigestChanges %d); held on the recorded digest %s instead of rolling to %s, until %s",
-				img.Repository, img.Tag, len(recent), d.s.DigestChangeWindow, d.s.MaxDigestChanges, recorded, latest, until.UTC().Format(time.RFC3339))
+				img.Repository, img.Tag, len(recent), d.s.DigestChangeWindow, d.s.MaxDigestChanges, recorded, latest, d.flapUntil(recent, nil).Format(time.RFC3339))
 		}
-		return &hold{state: StateTagFlapping, finding: Finding{Severity: SeverityWarn, Reason: ReasonTagFlapping, Image: img.Name, NeedsHuman: true, Message: msg,
-			Remediation: "find why the tag keeps moving (two publishers, registry replicas that disagree); to roll to the registry's digest now, run: " + rearm}}
+		return d.flapHold(img, msg)
 	}
 	if d.s.MinDigestAge > 0 {
 		age := time.Duration(0)
@@ -104,6 +102,70 @@ func (d *decision) holdFor(img config.Image, recorded, latest string, recent []t
 		return &hold{state: StateWindowClosed, finding: Finding{Severity: SeverityInfo, Image: img.Name, Message: msg}}
 	}
 	return nil
+}
+
+// flapHold is R21's hold of a flapping tag, loud and naming rearm.
+func (d *decision) flapHold(img config.Image, msg string) *hold {
+	return &hold{state: StateTagFlapping, finding: Finding{Severity: SeverityWarn, Reason: ReasonTagFlapping, Image: img.Name, NeedsHuman: true, Message: msg,
+		Remediation: "find why the tag keeps moving (two publishers, registry replicas that disagree); to roll to the registry's digest now, run: " + d.rearm()}}
+}
+
+// budgetSpent reports whether the churn bound holds a digest change now
+// (R21): maxDigestChanges moves within the window, or a list that does not
+// parse (fail-safe).
+func (d *decision) budgetSpent(recent []time.Time, budgetErr error) bool {
+	return d.s.DigestChangeWindow > 0 && (budgetErr != nil || len(recent) >= d.s.MaxDigestChanges)
+}
+
+// flapUntil is when a spent budget is free again: the oldest counted move
+// leaves the window. A list that does not parse has no such time; it
+// counts a whole window from now (fail-safe).
+func (d *decision) flapUntil(recent []time.Time, budgetErr error) time.Time {
+	if budgetErr != nil || len(recent) < d.s.MaxDigestChanges || d.s.MaxDigestChanges <= 0 {
+		return d.now().Add(d.s.DigestChangeWindow).UTC()
+	}
+	return recent[len(recent)-d.s.MaxDigestChanges].Add(d.s.DigestChangeWindow).UTC()
+}
+
+// stillFlapping keeps R21's tag-flapping for its whole window. A digest
+// change held by the spent budget (h) marks the image; while the budget
+// stays spent the image is tag-flapping, also when the tag sits on the held
+// digest meanwhile: the tag has not stopped flapping, and the finding (and
+// the alert on it) must not end and start again with each flip. Once the
+// window has passed the marker goes, with one INFO line. It returns the
+// hold to report when no digest change is held, else nil.
+func (d *decision) stillFlapping(img config.Image, recorded string, h *hold, recent []time.Time, budgetErr error) *hold {
+	key := d.keys.TagFlapping(img.Name)
+	v, marked := d.value(key)
+	spent := d.budgetSpent(recent, budgetErr)
+	if h != nil && h.state == StateTagFlapping {
+		if until := d.flapUntil(recent, budgetErr).Format(time.RFC3339); !marked || v != until {
+			d.p.Bookkeeping.set(key, &until, d.ann)
+		}
+		return nil
+	}
+	if !marked {
+		return nil
+	}
+	if !spent {
+		d.p.Bookkeeping.set(key, nil, d.ann)
+		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf(
+			"the tag %s:%s is no longer held as flapping: its digestChangeWindow %s has passed (R21); the next digest change rolls",
+			img.Repository, img.Tag, d.s.DigestChangeWindow)})
+		return nil
+	}
+	if h != nil {
+		return nil // held for another reason, which is reported
+	}
+	var msg string
+	if budgetErr != nil {
+		msg = fmt.Sprintf("%v; treated as a spent digest-change budget (fail-safe): the tag %s:%s is flapping and its digest is held on %s, where the tag is now",
+			budgetErr, img.Repository, img.Tag, recorded)
+	} else {
+		msg = fmt.Sprintf("the tag %s:%s is flapping: its digest moved %d times in the last %s (maxDigestChanges %d) and a further move was held; the tag is back on the held digest %s now, and the image stays held until %s",
+			img.Repository, img.Tag, len(recent), d.s.DigestChangeWindow, d.s.MaxDigestChanges, recorded, d.flapUntil(recent, nil).Format(time.RFC3339))
+	}
+	return d.flapHold(img, msg)
 }
 
 // firstSeen keeps when the registry's answer for img was first seen while

@@ -21,8 +21,9 @@ func TestDecide_R21_ChurnBoundIsPerImageAndCountsMovesBack(t *testing.T) {
 				withAnchor(ann(k.DigestChanges("api"), ago(30, 10))),
 				withLatest("api", dB), withLatest("mon", dB), withLive(webAPI, pinned(dA)), withLive(agentMon, monRepo+"@"+dA)),
 			want: want{
-				rows:     []string{"api web/api: tag-flapping", "mon agent/monitor: drifted"},
-				findings: []string{"api: WARN TagFlapping needs-human"},
+				rows:        []string{"api web/api: tag-flapping", "mon agent/monitor: drifted"},
+				findings:    []string{"api: WARN TagFlapping needs-human"},
+				bookkeeping: kv{k.TagFlapping("api"): later(30)},
 				repin: &wantRepin{
 					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
 					changes: []string{"agent: monitor docker.io/acme/monitor@<A> -> docker.io/acme/monitor@<B> (digest-change, helm)"},
@@ -37,7 +38,7 @@ func TestDecide_R21_ChurnBoundIsPerImageAndCountsMovesBack(t *testing.T) {
 			settings: []settingsOpt{budget(1, time.Hour)},
 			obs: observe(group(withImage("api", on(webAPI))), withAnchor(pinnedBefore("api", dB)),
 				withAnchor(ann(k.DigestChanges("api"), ago(10))), withLatest("api", dA), withLive(webAPI, pinned(dB))),
-			want: want{rows: []string{"api web/api: tag-flapping"}, findings: []string{"api: WARN TagFlapping needs-human"}},
+			want: want{rows: []string{"api web/api: tag-flapping"}, findings: []string{"api: WARN TagFlapping needs-human"}, bookkeeping: kv{k.TagFlapping("api"): later(50)}},
 		},
 		"the hold ends by itself once the oldest counted move left the window": {
 			settings: []settingsOpt{budget(2, time.Hour)},

@@ -78,6 +78,7 @@ func (d *decision) targets(img config.Image, recorded, latest string) {
 	if digestChanged {
 		h = d.holdFor(img, recorded, latest, recent, budgetErr, firstSeen)
 	}
+	flapping := d.stillFlapping(img, recorded, h, recent, budgetErr)
 	r := rollTo{img: img, recorded: recorded, resolved: latest, latest: latest, digestChanged: digestChanged, held: h != nil}
 	if r.held {
 		// The rollout policy holds the image on its recorded digest, which
@@ -93,6 +94,8 @@ func (d *decision) targets(img config.Image, recorded, latest string) {
 	}
 	if r.held {
 		d.hold(img, h)
+	} else if flapping != nil {
+		d.hold(img, flapping)
 	}
 	d.moveRecord(r, changed, recent, firstSeen)
 }

@@ -61,6 +61,7 @@ const (
 	lockedOn
 	verified
 	rolledBack
+	tagFlapping
 	discoveredGroup
 	enabled
 	discoveryGroup
@@ -86,6 +87,7 @@ var table = [...]Key{
 	lockedOn:         {Name: "locked-on-<image>", Scope: ScopeImage, Rearm: true},
 	verified:         {Name: "verified-<image>", Scope: ScopeImage},
 	rolledBack:       {Name: "rolled-back-<image>", Scope: ScopeImage, Rearm: true},
+	tagFlapping:      {Name: "tag-flapping-<image>", Scope: ScopeImage, Rearm: true},
 	discoveredGroup:  {Name: "discovered-group", Scope: ScopeMarker},
 	enabled:          {Name: "enabled", Scope: ScopeOperator},
 	discoveryGroup:   {Name: "group", Scope: ScopeOperator},
@@ -183,6 +185,12 @@ func (k Keys) RolledBack(image string) string { return k.image(rolledBack, image
 // OnFailedRollout is the annotation on a discovered group's anchor that
 // sets its onFailedRollout (V2): "hold" or "rollback".
 func (k Keys) OnFailedRollout() string { return k.key(onFailedRollout) }
+// TagFlapping marks an image the churn bound holds (R21): set when a digest
+// change is held because the budget is spent, its value the time the hold
+// ends (RFC 3339 UTC). While the budget stays spent the image stays
+// tag-flapping, also when the tag sits on the held digest meanwhile; it is
+// deleted once the window has passed, or by rearm.
+func (k Keys) TagFlapping(image string) string { return k.image(tagFlapping, image) }
 
 // DiscoveredGroup marks the anchor of a group that discovery found (D1);
 // its value is the group's name. It is what lets a workload go once it is
