@@ -73,6 +73,9 @@ type Runner struct {
 	// failures a pass stored toward maxReadFailures (R1): the plans'
 	// CountedAsks, passed back as each next observation's.
 	countedAsks map[string]map[string]uint64
+	// told holds, per group, the Finding.Once keys its last pass told
+	// (report): a state is told when it begins, not on every pass.
+	told map[string]map[string]bool
 	// cachedSettings is SettingsFrom(settingsOf, ConfigPath) (settings).
 	cachedSettings refresh.Settings
 	settingsOf     *config.Config

@@ -231,7 +231,11 @@ func (r *Runner) staleAnswer(ctx context.Context, g config.Group, latest Latest,
 // the metrics (R15).
 func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dryRun bool) {
 	anchor := snap.Objects[p.Anchor]
+	told := r.tellOnce(p, dryRun)
 	for _, f := range p.Findings {
+		if f.Once != "" && !told[f.Once] {
+			continue
+		}
 		attrs := []any{"group", p.Group}
 		if f.Image != "" {
 			attrs = append(attrs, "image", f.Image)
@@ -305,6 +309,34 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 	}
 	m.LastTick.WithLabelValues(p.Group).Set(float64(time.Now().Unix()))
 	m.Passes.WithLabelValues(p.Group).Inc()
+}
+
+// tellOnce returns the Once keys of p's findings to tell: those the
+// group's last pass did not report. A dry run tells them all and
+// remembers nothing.
+func (r *Runner) tellOnce(p *refresh.Plan, dryRun bool) map[string]bool {
+	now := map[string]bool{}
+	for _, f := range p.Findings {
+		if f.Once != "" {
+			now[f.Once] = true
+		}
+	}
+	if dryRun {
+		return now
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.told == nil {
+		r.told = map[string]map[string]bool{}
+	}
+	last := r.told[p.Group]
+	r.told[p.Group] = maps.Clone(now)
+	for k := range now {
+		if last[k] {
+			delete(now, k)
+		}
+	}
+	return now
 }
 
 func (r *Runner) event(ctx context.Context, obj *workload.Object, typ, reason, msg string) {

@@ -117,7 +117,7 @@ func (d *decision) image(img config.Image) {
 	staleKey := d.keys.StalePin(img.Name)
 	if img.PinnedDigest == "" {
 		// R2: the pin was removed, so its finding goes, registry or not.
-		d.clear(&d.p.Bookkeeping, staleKey)
+		d.clearStalePin(img, staleKey, "its pinnedDigest was removed; image-refresh follows the tag again")
 	}
 	latest, ok := d.resolve(img)
 	if !ok {

@@ -145,15 +145,24 @@ func TestDecide_R2_OperatorPinIsCheckedNotRefreshed(t *testing.T) {
 	stale := k.StalePin("api")
 	pinnedTo := func(d string) config.Group { return group(withImage("api", on(webAPI), pinnedDigest(d))) }
 	run(t, map[string]decideCase{
-		"an operator pin equal to latest changes nothing": {
+		"an operator pin equal to latest changes nothing, and says it is current (once in run)": {
 			obs:  observe(pinnedTo(dB), withLatest("api", dB), withLive(webAPI, pinned(dB))),
-			want: want{rows: []string{"api web/api: pinned"}},
+			want: want{rows: []string{"api web/api: pinned"}, findings: []string{"api: INFO - benign"}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "the operator pin "+dB+" of docker.io/acme/api:prod is the registry's latest")
+				check(t, "Once", p.Findings[0].Once, "operator-pin-current api "+dB)
+			},
 		},
 		"an operator pin equal to latest clears a stale-pin finding left from before": {
 			obs: observe(pinnedTo(dB), withLatest("api", dB), withLive(webAPI, pinned(dB)), withAnchor(ann(stale, dA))),
 			want: want{
 				bookkeeping: kv{stale: deleted},
+				findings:    []string{"api: INFO - benign", "api: INFO - benign"},
 				rows:        []string{"api web/api: pinned"},
+			},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "the stale-pin finding of docker.io/acme/api:prod is cleared: the operator pin "+dB+" is the registry's latest now")
+				check(t, "Once", p.Findings[0].Once, "stale-pin-cleared api")
 			},
 		},
 		"an operator pin behind latest records the stale-pin finding with latest and re-pins nothing": {
@@ -185,7 +194,7 @@ func TestDecide_R2_OperatorPinIsCheckedNotRefreshed(t *testing.T) {
 		"an operator-pinned image is not re-pinned when its target runs the tag, and the target is not called pinned": {
 			obs: observe(pinnedTo(dB), withLatest("api", dB), withLive(webAPI, onTag)),
 			want: want{
-				findings: []string{"api: NOTE - benign"},
+				findings: []string{"api: INFO - benign", "api: NOTE - benign"},
 				rows:     []string{"api web/api: inert"},
 			},
 			also: func(t *testing.T, p *Plan) {
@@ -196,7 +205,7 @@ func TestDecide_R2_OperatorPinIsCheckedNotRefreshed(t *testing.T) {
 		"an operator-pinned target on another digest is not called pinned either": {
 			obs: observe(pinnedTo(dB), withLatest("api", dB), withLive(webAPI, pinned(dA))),
 			want: want{
-				findings: []string{"api: NOTE - benign"},
+				findings: []string{"api: INFO - benign", "api: NOTE - benign"},
 				rows:     []string{"api web/api: inert"},
 			},
 		},
@@ -204,7 +213,7 @@ func TestDecide_R2_OperatorPinIsCheckedNotRefreshed(t *testing.T) {
 			obs: observe(group(withImage("mon", on(agentMon), pinnedDigest(dB))), withLatest("mon", dB), readErr(agent, notFound)),
 			want: want{
 				bookkeeping: kv{k.ReadFailures("mon"): "1"},
-				findings:    []string{apiError, "mon: WARN - benign"},
+				findings:    []string{apiError, "mon: INFO - benign", "mon: WARN - benign"},
 				rows:        []string{"mon agent/monitor: error"},
 			},
 		},
@@ -213,7 +222,12 @@ func TestDecide_R2_OperatorPinIsCheckedNotRefreshed(t *testing.T) {
 				withAnchor(pinnedBefore("api", dB)), withAnchor(ann(stale, dB))),
 			want: want{
 				bookkeeping: kv{stale: deleted},
+				findings:    []string{"api: INFO - benign"},
 				rows:        []string{"api web/api: pinned"},
+			},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "is cleared: its pinnedDigest was removed")
+				check(t, "Once", p.Findings[0].Once, "stale-pin-cleared api")
 			},
 		},
 	})
@@ -360,7 +374,12 @@ func TestDecide_R4_SettledGuard(t *testing.T) {
 			obs: steady(withLive(webAPI, pinned(dB)), withAnchor(ann(skip, "2"))),
 			want: want{
 				clearSkip: kv{skip: deleted},
+				findings:  []string{"group: INFO - benign"},
 				rows:      []string{"api web/api: pinned", "mon agent/monitor: pinned"},
+			},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "settled again after 2 skipped pass(es): its skip streak is cleared")
+				check(t, "Once", p.Findings[0].Once, "skip-streak-cleared")
 			},
 		},
 		"settled while locked out still clears the skip streak": {
@@ -368,7 +387,7 @@ func TestDecide_R4_SettledGuard(t *testing.T) {
 			want: want{
 				bookkeeping: kv{k.LockedOn("api"): "<B>", k.LockedOn("mon"): "<B>"},
 				clearSkip:   kv{skip: deleted},
-				findings:    []string{lockoutFinding},
+				findings:    []string{"group: INFO - benign", lockoutFinding},
 				rows:        []string{"api web/api: locked-out", "mon agent/monitor: locked-out"},
 				lockedOut:   true,
 			},
@@ -938,7 +957,7 @@ func TestDecide_R13_BookkeepingAlwaysLands(t *testing.T) {
 				withAnchor(ann(k.Attempt(), "3", k.StalePin("pin"), dA)), withLatest("pin", dB), withLive(webProxy, proxyRepo+"@"+dB)),
 			want: want{
 				bookkeeping: kv{k.StalePin("pin"): deleted, k.Flap(): "3"},
-				findings:    []string{lockoutFinding},
+				findings:    []string{"pin: INFO - benign", "pin: INFO - benign", lockoutFinding},
 				rows:        []string{"pin web/proxy: locked-out"},
 				lockedOut:   true,
 			},

@@ -16,6 +16,8 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	settled := !blocked && len(notSettled) == 0
 	if settled && d.p.SkipStreak > 0 {
 		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
+		d.find(Finding{Severity: SeverityInfo, Once: "skip-streak-cleared", Message: fmt.Sprintf(
+			"group %s settled again after %d skipped pass(es): its skip streak is cleared (R4)", d.p.Group, d.p.SkipStreak)})
 	}
 	if !blocked {
 		if why := d.failedRollout(settled, notSettled); why != "" && d.rollback(why) {

@@ -207,6 +207,12 @@ type Finding struct {
 	// Event: an Event on the anchor even when not NeedsHuman (N1's
 	// running-stale, which exits 1 only on request).
 	Event bool
+	// Once, when set, keys a benign finding that tells of a change of
+	// state (a finding cleared, a hold ended) or of a state that lasts (a
+	// current operator pin): a front end that runs passes one after
+	// another (`run`) logs it only on the first of consecutive passes
+	// that report the key, so it is said once, not on every pass.
+	Once string
 }
 
 // State of one target in `status`.

@@ -149,7 +149,7 @@ func (d *decision) stillFlapping(img config.Image, recorded string, h *hold, rec
 	}
 	if !spent {
 		d.p.Bookkeeping.set(key, nil, d.ann)
-		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf(
+		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Once: "tag-flapping-ended " + img.Name, Message: fmt.Sprintf(
 			"the tag %s:%s is no longer held as flapping: its digestChangeWindow %s has passed (R21); the next digest change rolls",
 			img.Repository, img.Tag, d.s.DigestChangeWindow)})
 		return nil

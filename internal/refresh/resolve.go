@@ -93,9 +93,22 @@ func (d *decision) record(img config.Image, latest string) (recorded string, ok 
 	return "", false
 }
 
+// clearStalePin deletes R2's stale-pin finding of img, if the anchor holds
+// one, and says so once.
+func (d *decision) clearStalePin(img config.Image, staleKey, why string) {
+	if _, ok := d.value(staleKey); !ok {
+		return
+	}
+	d.p.Bookkeeping.set(staleKey, nil, d.ann)
+	d.find(Finding{Severity: SeverityInfo, Image: img.Name, Once: "stale-pin-cleared " + img.Name, Message: fmt.Sprintf(
+		"the stale-pin finding of %s:%s is cleared: %s (R2)", img.Repository, img.Tag, why)})
+}
+
 func (d *decision) operatorPin(img config.Image, latest, staleKey string) {
 	if img.PinnedDigest == latest {
-		d.clear(&d.p.Bookkeeping, staleKey)
+		d.clearStalePin(img, staleKey, "the operator pin "+img.PinnedDigest+" is the registry's latest now")
+		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Once: "operator-pin-current " + img.Name + " " + img.PinnedDigest, Message: fmt.Sprintf(
+			"the operator pin %s of %s:%s is the registry's latest: not refreshed, only checked (R2)", img.PinnedDigest, img.Repository, img.Tag)})
 		if !d.readTargets(img) {
 			return
 		}

@@ -69,6 +69,9 @@ func (d *decision) running() {
 		if !ok {
 			continue
 		}
+		if _, has := d.obs.Workloads[t.Workload()].Containers[t.Container]; !has {
+			continue // no such container (R19 says so): its pods have none to check
+		}
 		if read.Err != nil {
 			r.Running = "unknown"
 			d.find(Finding{Severity: SeverityWarn, Image: r.Image, Target: &t,
@@ -85,12 +88,18 @@ func (d *decision) running() {
 			continue
 		}
 		platforms := d.obs.Platforms[want]
-		var on, unknown int
+		var on, unknown, notRunning int
 		var off []string
 		firstOff := ""
 		for _, p := range read.Pods {
-			got := RunningDigest(p.ImageIDs[t.Container])
+			id := p.ImageIDs[t.Container]
+			got := RunningDigest(id)
 			switch {
+			case id == "":
+				// The pod has no status of the container yet (Pending,
+				// pulling): it runs nothing to check, and says nothing
+				// about what it would run.
+				notRunning++
 			case got == "":
 				unknown++
 			case got == want || slices.Contains(platforms, got):
@@ -106,6 +115,9 @@ func (d *decision) running() {
 		r.Running = fmt.Sprintf("%d/%d", on, len(read.Pods))
 		if len(off) > 0 {
 			r.Running += " (" + firstOff + ")"
+		}
+		if notRunning > 0 {
+			r.Running += fmt.Sprintf(" (%d not running)", notRunning)
 		}
 		if unknown > 0 {
 			r.Running += fmt.Sprintf(" (%d unknown)", unknown)

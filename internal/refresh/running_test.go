@@ -83,9 +83,27 @@ func TestDecide_N1_WhatThePodsRunIsComparedWithThePin(t *testing.T) {
 			also: running("2/2"),
 		},
 		"an imageID without a repository digest is unknown, never a match, said once": {
-			obs:  obs(withPods(web, "api", repo+"@"+dA, "sha256:"+strings.Repeat("d", 64), "")),
+			obs:  obs(withPods(web, "api", repo+"@"+dA, "sha256:"+strings.Repeat("d", 64), "sha256:"+strings.Repeat("e", 64))),
 			want: want{rows: []string{"api web/api: pinned"}, findings: []string{"api: NOTE - benign"}},
-			also: running("1/3 (2 unknown)"),
+			also: func(t *testing.T, p *Plan) {
+				running("1/3 (2 unknown)")(t, p)
+				contains(t, "finding", p.Findings[0].Message, "2 pod(s) of "+webAPI.String()+" report an imageID without a repository digest")
+			},
+		},
+		"a target whose container was renamed away: its pods have none to check, no NOTE (N1, R19 says so)": {
+			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dA), withLive(target(web, "api2"), pinned(dA)),
+				withPods(web, "api2", repo+"@"+dA)),
+			want: want{
+				rows:        []string{"api web/api: error"},
+				findings:    []string{"api: ERROR RefreshError needs-human", "api: WARN - benign"},
+				bookkeeping: kv{k.ReadFailures("api"): "1"},
+			},
+			also: running(""),
+		},
+		"a pod that does not run the container yet (Pending, no imageID) is not unknown: no NOTE (N1)": {
+			obs:  obs(withPods(web, "api", repo+"@"+dA, "", "")),
+			want: want{rows: []string{"api web/api: pinned"}},
+			also: running("1/3 (2 not running)"),
 		},
 		"an unsettled target (a rollout under way) is not running-stale: R4 waits for it": {
 			obs:  obs(withPods(web, "api", repo+"@"+dB), notSettled(web, "1 of 2 replicas updated")),
