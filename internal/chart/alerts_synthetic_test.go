@@ -106,6 +106,15 @@ func TestAlerts_Synthetic(t *testing.T) {
 			wantAt: map[string][]map[string]string{"1m": {g("web")}},
 		},
 		{
+			alert: "ImageRefreshSuspendedWithoutEnd",
+			input: []inputSeries{
+				series(`image_refresh_group_needs_attention{group="web",reason="SuspendedWithoutEnd"}`, "1x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="SuspendedWithoutEnd"}`, "0x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="TagFlapping"}`, "1x30"),
+			},
+			wantAt: map[string][]map[string]string{"1m": {g("web")}},
+		},
+		{
 			alert: "ImageRefreshRewriteFight",
 			input: []inputSeries{
 				series(`image_refresh_group_needs_attention{group="web",reason="ImageRewriteFight"}`, "1x30"),

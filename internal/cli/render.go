@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/render"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -93,7 +95,7 @@ Exit codes:
 			if err != nil {
 				return &ExitError{Code: ExitNeedsHuman, Err: fmt.Errorf("the manifests on stdin are not YAML: %w; nothing written", err)}
 			}
-			recorded, unread, err := c.records(clusterCtx, cfg, stream.Groups())
+			recorded, unread, err := c.records(clusterCtx, cfg, stream.Groups(), stream.Suspend)
 			if err != nil {
 				return err
 			}
@@ -134,7 +136,9 @@ func defaultRenderNamespace() string {
 // be reached, or an anchor that cannot be read, leaves that group's images
 // on their tags, with the reason in unread. Only an invalid --kubeconfig is
 // an error.
-func (c *common) records(ctx context.Context, cfg *config.Config, groups []string) (recorded map[render.ImageKey]string, unread map[string]string, err error) {
+//
+// A suspended group (O1) is told to suspend, with its suspension.
+func (c *common) records(ctx context.Context, cfg *config.Config, groups []string, suspend func(group, why string)) (recorded map[render.ImageKey]string, unread map[string]string, err error) {
 	recorded, unread = map[render.ImageKey]string{}, map[string]string{}
 	if len(groups) == 0 {
 		return recorded, unread, nil // nothing managed in the stream: no cluster call
@@ -177,6 +181,13 @@ func (c *common) records(ctx context.Context, cfg *config.Config, groups []strin
 				unread[name] = err.Error()
 			}
 			continue
+		}
+		now := time.Now
+		if c.now != nil {
+			now = c.now
+		}
+		if s := refresh.SuspensionOf(cfg.AnnotationPrefix, obj.Annotations, obj.AnnotationManager(keys.Suspend()), now()); s != nil {
+			suspend(name, s.Describe())
 		}
 		for _, img := range g.Images {
 			if d := obj.Annotations[keys.Record(img.Name)]; d != "" {

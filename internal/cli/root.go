@@ -110,7 +110,7 @@ re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.`
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &ExitError{Code: ExitInvalid, Err: err} })
-	root.AddCommand(newTick(o), newRun(o), newStatus(o), newRearm(o), newRender(o), newVersion())
+	root.AddCommand(newTick(o), newRun(o), newStatus(o), newRearm(o), newSuspend(o), newResume(o), newRender(o), newVersion())
 	return root
 }
 

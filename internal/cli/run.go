@@ -138,6 +138,7 @@ func (w *webhookFlags) setup(mgr *controller.Manager, cfg *config.Config, kube k
 		}
 	}
 	h := webhook.NewHandler(cfg, webhook.CachedAnnotations(mgr.Reader()), ready, m, log)
+	h.SetClock(mgr.Controller.Runner.Now) // O1: a suspension ends on the engine's clock
 	// Discovered groups are pinned at admission too (D1, B1).
 	mgr.Controller.OnGroups = h.SetGroups
 	return webhook.Setup(mgr, webhook.Options{

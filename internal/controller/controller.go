@@ -34,6 +34,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -317,6 +318,15 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !plan.WaitUntil.IsZero() {
 		after = min(after, max(time.Until(plan.WaitUntil), 0)+time.Second)
 	}
+	if s := plan.Suspended; s != nil && !s.Until.IsZero() {
+		// O1: a suspension's end acts at once, not at the next resync. The
+		// end is on the engine's clock.
+		now := time.Now
+		if c.Runner.Now != nil {
+			now = c.Runner.Now
+		}
+		after = min(after, max(s.Until.Sub(now()), 0)+100*time.Millisecond)
+	}
 	return reconcile.Result{RequeueAfter: after}, nil
 }
 
@@ -448,6 +458,8 @@ func (c *Controller) repinned(group string, wc refresh.WorkloadChange) {
 		}
 	}
 }
+
+func (c *Controller) keys() state.Keys { return state.Keys{Prefix: c.Runner.Config.AnnotationPrefix} }
 
 func (c *Controller) isStateKey(k string) bool {
 	return strings.HasPrefix(k, c.Runner.Config.AnnotationPrefix+"/")

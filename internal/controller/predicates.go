@@ -56,5 +56,12 @@ func (c *Controller) interesting(e event.UpdateEvent) bool {
 			return true
 		}
 	}
+	// O1: a suspension set, changed or ended shows in status at once, and
+	// an end moved earlier is requeued for.
+	for _, k := range []string{c.keys().Suspend(), c.keys().SuspendReason()} {
+		if e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k] {
+			return true
+		}
+	}
 	return false
 }

@@ -155,6 +155,9 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		if obs.Anchor == nil {
 			obs.Anchor = map[string]string{}
 		}
+		if sk := (state.Keys{Prefix: r.Config.AnnotationPrefix}).Suspend(); obs.Anchor[sk] != "" {
+			obs.SuspendedBy = a.AnnotationManager(sk) // O1: who suspended it
+		}
 	} else {
 		obs.AnchorErr = obs.Workloads[g.Anchor].Err
 	}

@@ -13,6 +13,7 @@
 //	attempts.go  the attempt and its holder (R10, R11, C3, C6)
 //	gate.go      the group's gate: settled guard and lockout (R4, R12)
 //	running.go   what the pods run (N1)
+//	suspend.go   an operator's suspension (O1)
 package refresh
 
 import (
@@ -50,6 +51,9 @@ type Settings struct {
 	// RearmCommand renders the command that re-arms a group (R18); every
 	// lockout message names it.
 	RearmCommand func(group string) string
+	// ResumeCommand renders the command that ends a group's suspension
+	// (O1); nil: "image-refresh resume --group GROUP".
+	ResumeCommand func(group string) string
 	// Instance names this image-refresh process in the attempt holder it
 	// writes (state.Keys.Holder); "" writes and heeds no holder.
 	Instance string
@@ -103,6 +107,12 @@ func SettingsFrom(cfg *config.Config, configPath string) Settings {
 			}
 			return fmt.Sprintf("image-refresh rearm --config %s --group %s", configPath, group)
 		},
+		ResumeCommand: func(group string) string {
+			if configPath == "" {
+				return fmt.Sprintf("image-refresh resume --group %s", group)
+			}
+			return fmt.Sprintf("image-refresh resume --config %s --group %s", configPath, group)
+		},
 	}
 }
 
@@ -144,6 +154,9 @@ type Observation struct {
 	// the streak counts failed asks of the registry, as a tick's would, not
 	// passes that re-read one cached failure.
 	CountedAsks map[string]uint64
+	// SuspendedBy is the field manager of the anchor's P/suspend
+	// annotation (O1), "" when none or unknown.
+	SuspendedBy string
 	// Platforms maps an expected digest that is an image index to its
 	// platform manifests' digests: a pod of a multi-arch pin reports one.
 	Platforms map[string][]string

@@ -48,6 +48,10 @@ type Plan struct {
 	// returns, or its attempt is still rolling within its deadline. It
 	// holds a slot of maxConcurrentRollouts unless the executor failed.
 	InFlight bool
+	// Suspended is set while the group is suspended (O1): the plan writes
+	// nothing to its targets. The controller runs the group again when it
+	// ends (Suspension.Until).
+	Suspended *Suspension
 	// Failed holds what the executor could not do (a write the API server
 	// refused, a rollout that did not settle): the controller returns it to
 	// its workqueue, which backs off.
@@ -189,6 +193,9 @@ const (
 	ReasonRunningStale       = "RunningStale"
 	ReasonDigestUnverified   = "DigestUnverified"
 	ReasonRolledBack         = "RolledBack"
+	// ReasonSuspendedWithoutEnd: a group suspended without an end for
+	// longer than SuspendedWithoutEndAfter (O1).
+	ReasonSuspendedWithoutEnd = "SuspendedWithoutEnd"
 )
 
 // Finding is one thing the operator is told. Non-benign findings
@@ -236,6 +243,7 @@ const (
 	StateRunningStale  State = "running-stale"
 	StateUnverified    State = "unverified"  // V1
 	StateRolledBack    State = "rolled-back" // V2
+	StateSuspended     State = "suspended"   // O1
 )
 
 // Row is one (group, image, target) line of `status`.

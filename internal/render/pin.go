@@ -72,6 +72,10 @@ func (s *Stream) Pin(recorded map[ImageKey]string, unread map[string]string) Res
 		if st.image.PinnedDigest != "" {
 			continue // the operator's pin (R2); fix A reports a stale one
 		}
+		if why, ok := s.suspended[st.group]; ok {
+			note(st, false, "left as rendered: group %s is %s (O1)", st.group, why)
+			continue
+		}
 		value := st.node.Value
 		digest, ok := recorded[key]
 		to, skip := refresh.PinRendered(st.image, value, digest, ok, st.pinFormat)

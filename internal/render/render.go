@@ -37,6 +37,16 @@ type Stream struct {
 	sites     []site
 	notes     []Note // found while parsing, reported by Pin
 	targets   map[config.Target]managed
+	suspended map[string]string // group → its suspension, said in the notes (O1)
+}
+
+// Suspend leaves the images of group as rendered (O1): Pin notes why
+// instead of pinning them.
+func (s *Stream) Suspend(group, why string) {
+	if s.suspended == nil {
+		s.suspended = map[string]string{}
+	}
+	s.suspended[group] = why
 }
 
 // managed is the configured image a target runs.

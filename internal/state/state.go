@@ -28,8 +28,10 @@ const (
 	// ScopeMarker: on the anchor of a group that discovery found (D1).
 	ScopeMarker
 	// ScopeOperator: a label or annotation the operator writes on
-	// workloads and namespaces and discovery reads (D1); image-refresh
-	// never writes or removes it.
+	// workloads and namespaces (discovery's, D1; an anchor's suspension,
+	// O1); a pass never writes or removes it, and letting a workload go
+	// keeps it. Only the operator's own commands (suspend, resume) write
+	// the suspension.
 	ScopeOperator
 )
 
@@ -62,11 +64,14 @@ const (
 	verified
 	rolledBack
 	tagFlapping
+	suspendedSince
 	discoveredGroup
 	enabled
 	discoveryGroup
 	ignoreContainers
 	onFailedRollout
+	suspend
+	suspendReason
 )
 
 // table is every key under the prefix, the only list of them: the Keys
@@ -88,11 +93,14 @@ var table = [...]Key{
 	verified:         {Name: "verified-<image>", Scope: ScopeImage},
 	rolledBack:       {Name: "rolled-back-<image>", Scope: ScopeImage, Rearm: true},
 	tagFlapping:      {Name: "tag-flapping-<image>", Scope: ScopeImage, Rearm: true},
+	suspendedSince:   {Name: "suspended-since", Scope: ScopeGroup},
 	discoveredGroup:  {Name: "discovered-group", Scope: ScopeMarker},
 	enabled:          {Name: "enabled", Scope: ScopeOperator},
 	discoveryGroup:   {Name: "group", Scope: ScopeOperator},
 	ignoreContainers: {Name: "ignore-containers", Scope: ScopeOperator},
 	onFailedRollout:  {Name: "on-failed-rollout", Scope: ScopeOperator},
+	suspend:          {Name: "suspend", Scope: ScopeOperator},
+	suspendReason:    {Name: "suspend-reason", Scope: ScopeOperator},
 }
 
 // Table returns every key under the prefix, in the table's order.
@@ -185,12 +193,26 @@ func (k Keys) RolledBack(image string) string { return k.image(rolledBack, image
 // OnFailedRollout is the annotation on a discovered group's anchor that
 // sets its onFailedRollout (V2): "hold" or "rollback".
 func (k Keys) OnFailedRollout() string { return k.key(onFailedRollout) }
+
 // TagFlapping marks an image the churn bound holds (R21): set when a digest
 // change is held because the budget is spent, its value the time the hold
 // ends (RFC 3339 UTC). While the budget stays spent the image stays
 // tag-flapping, also when the tag sits on the held digest meanwhile; it is
 // deleted once the window has passed, or by rearm.
 func (k Keys) TagFlapping(image string) string { return k.image(tagFlapping, image) }
+
+// Suspend suspends the group of the anchor it is on (O1): "true" until it
+// is removed (`image-refresh resume`), or an RFC 3339 time it ends at.
+// While it holds, nothing is written to the group's targets.
+func (k Keys) Suspend() string { return k.key(suspend) }
+
+// SuspendReason is the operator's why of a suspension (O1), free text.
+func (k Keys) SuspendReason() string { return k.key(suspendReason) }
+
+// SuspendedSince is when a pass first saw the group suspended (O1), an
+// RFC 3339 UTC time: a suspension without an end becomes a finding 24
+// hours later. A pass deletes it once the suspension ended.
+func (k Keys) SuspendedSince() string { return k.key(suspendedSince) }
 
 // DiscoveredGroup marks the anchor of a group that discovery found (D1);
 // its value is the group's name. It is what lets a workload go once it is

@@ -165,11 +165,11 @@ func TestTable_TheListsAreDerivedFromIt(t *testing.T) {
 			"last-refreshed-api-digest", "stale-pin-api", "ever-pinned-api", "live-read-failure-streak-api",
 			"resolve-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api", "verified-api", "rolled-back-api", "tag-flapping-api"}},
 		{"per group, the holder too (R10, C3)", GroupKeyNames(), []string{
-			"refresh-attempt", "refresh-attempt-holder", "refresh-flap-detected", "refresh-skip-streak"}},
+			"refresh-attempt", "refresh-attempt-holder", "refresh-flap-detected", "refresh-skip-streak", "suspended-since"}},
 		{"rearm (R18, R21, R23)", k.Rearmed([]string{"api", "mon"}), []string{
 			k.Attempt(), k.Holder(), k.Flap(), k.DigestChanges("api"), k.LockedOn("api"), k.RolledBack("api"), k.TagFlapping("api"),
 			k.DigestChanges("mon"), k.LockedOn("mon"), k.RolledBack("mon"), k.TagFlapping("mon")}},
-		{"the operator's (D1)", k.Operator(), []string{k.Enabled(), k.DiscoveryGroup(), k.IgnoreContainers(), k.OnFailedRollout()}},
+		{"the operator's (D1)", k.Operator(), []string{k.Enabled(), k.DiscoveryGroup(), k.IgnoreContainers(), k.OnFailedRollout(), k.Suspend(), k.SuspendReason()}},
 	} {
 		if strings.Join(tc.got, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("%s: %q, want %q", tc.name, tc.got, tc.want)

@@ -16,6 +16,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -42,6 +43,8 @@ type Handler struct {
 	metrics     *metrics.Metrics
 	log         *slog.Logger
 	maxBody     int64 // MaxReviewBytes
+	// now is the clock a suspension's end is read on (O1).
+	now func() time.Time
 }
 
 // NewHandler builds the handler for a validated config. ready reports
@@ -49,10 +52,18 @@ type Handler struct {
 func NewHandler(cfg *config.Config, annotations Annotations, ready func() bool, m *metrics.Metrics, log *slog.Logger) *Handler {
 	h := &Handler{
 		prefix: cfg.AnnotationPrefix, format: cfg.PinFormat,
-		annotations: annotations, ready: ready, metrics: m, log: log, maxBody: MaxReviewBytes,
+		annotations: annotations, ready: ready, metrics: m, log: log, maxBody: MaxReviewBytes, now: time.Now,
 	}
 	h.SetGroups(cfg.Groups)
 	return h
+}
+
+// SetClock sets the clock a suspension's end is read on (O1): the
+// engine's, so that the webhook and the passes agree; nil keeps time.Now.
+func (h *Handler) SetClock(now func() time.Time) {
+	if now != nil {
+		h.now = now
+	}
 }
 
 // SetGroups makes the handler pin the targets of groups: the configured
@@ -162,6 +173,12 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 					return nil, fmt.Errorf("read the recorded digest of group %s: %w", b.group.Name, err)
 				}
 				anchors[b.group.Name] = ann
+			}
+			if s := refresh.SuspensionOf(h.prefix, ann, "", h.now()); s != nil {
+				// O1: a suspended group's targets are written as sent.
+				h.log.Info("admission: group suspended, left as sent (O1)", "group", b.group.Name, "image", b.image.Name,
+					"target", t.String(), "suspension", s.Describe())
+				continue
 			}
 			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], discovery.PinFormat(b.group, h.format)); ok {
 				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, Index: i, From: c.Image, To: to})

@@ -30,6 +30,8 @@ type Object struct {
 	// Selector selects the workload's pods; nil for a kind without
 	// long-running pods (CronJob).
 	Selector *metav1.LabelSelector
+
+	managedFields []metav1.ManagedFieldsEntry // AnnotationManager
 }
 
 // Container is one container of the pod template.
@@ -120,6 +122,7 @@ func newObject(k *Kind, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, s
 		Labels:          meta.Labels,
 		ServiceAccount:  tmpl.Spec.ServiceAccountName,
 		Settled:         settled,
+		managedFields:   meta.ManagedFields,
 	}
 	for k, v := range meta.Annotations {
 		o.Annotations[k] = v
