@@ -318,14 +318,21 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !plan.WaitUntil.IsZero() {
 		after = min(after, max(time.Until(plan.WaitUntil), 0)+time.Second)
 	}
-	if s := plan.Suspended; s != nil && !s.Until.IsZero() {
-		// O1: a suspension's end acts at once, not at the next resync. The
-		// end is on the engine's clock.
+	if s := plan.Suspended; s != nil {
+		// O1: a suspension's end acts at once, not at the next resync, and
+		// one without an end becomes a finding on time. Both are on the
+		// engine's clock.
 		now := time.Now
 		if c.Runner.Now != nil {
 			now = c.Runner.Now
 		}
-		after = min(after, max(s.Until.Sub(now()), 0)+100*time.Millisecond)
+		at := s.Until
+		if at.IsZero() {
+			at = s.Since.Add(refresh.SuspendedWithoutEndAfter)
+		}
+		if at.After(now()) {
+			after = min(after, at.Sub(now())+100*time.Millisecond)
+		}
 	}
 	return reconcile.Result{RequeueAfter: after}, nil
 }
