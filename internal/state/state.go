@@ -65,6 +65,7 @@ const (
 	rolledBack
 	tagFlapping
 	suspendedSince
+	generation
 	discoveredGroup
 	enabled
 	discoveryGroup
@@ -94,6 +95,7 @@ var table = [...]Key{
 	rolledBack:       {Name: "rolled-back-<image>", Scope: ScopeImage, Rearm: true},
 	tagFlapping:      {Name: "tag-flapping-<image>", Scope: ScopeImage, Rearm: true},
 	suspendedSince:   {Name: "suspended-since", Scope: ScopeGroup},
+	generation:       {Name: "state-generation", Scope: ScopeGroup},
 	discoveredGroup:  {Name: "discovered-group", Scope: ScopeMarker},
 	enabled:          {Name: "enabled", Scope: ScopeOperator},
 	discoveryGroup:   {Name: "group", Scope: ScopeOperator},
@@ -213,6 +215,13 @@ func (k Keys) SuspendReason() string { return k.key(suspendReason) }
 // RFC 3339 UTC time: a suspension without an end becomes a finding 24
 // hours later. A pass deletes it once the suspension ended.
 func (k Keys) SuspendedSince() string { return k.key(suspendedSince) }
+
+// Generation numbers the writes of the group's state: every write of
+// image-refresh sets it one above the highest it read, on the anchor and
+// in the state's copy (R25, see Current). An older value on the anchor
+// than in the copy means the anchor's state was rewound: `kubectl rollout
+// undo` put back the annotations an older ReplicaSet copied.
+func (k Keys) Generation() string { return k.key(generation) }
 
 // DiscoveredGroup marks the anchor of a group that discovery found (D1);
 // its value is the group's name. It is what lets a workload go once it is
