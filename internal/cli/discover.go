@@ -11,6 +11,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/pass"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -73,8 +74,8 @@ func (c *common) discoverGroups(ctx context.Context, cfg *config.Config, log *sl
 // adopt marks the anchors of the discovered groups and lets go of the
 // marked workloads no longer labelled (D1): the same code as `run`'s
 // discovery pass. A failed list is loud and returned (R15).
-func (d *discovered) adopt(ctx context.Context, wc *workload.Client, scope []string, log *slog.Logger) error {
-	a := discovery.Adoption{Prefix: d.cfg.AnnotationPrefix, Workloads: wc, API: d.api, Scope: scope, Log: log}
+func (d *discovered) adopt(ctx context.Context, wc *workload.Client, st *statestore.Store, scope []string, log *slog.Logger) error {
+	a := discovery.Adoption{Prefix: d.cfg.AnnotationPrefix, Workloads: wc, State: st, API: d.api, Scope: scope, Log: log}
 	a.Mark(ctx, d.in, d.res)
 	lctx, cancel := context.WithTimeout(ctx, d.cfg.APITimeout)
 	defer cancel()

@@ -51,6 +51,12 @@ quarantine (R23). Every lockout message names this command. Fix what kept the ro
 			if err != nil {
 				return fmt.Errorf("rearm group %s: %w", group, err)
 			}
+			// The current state: the copy's, when a rollback rewound the
+			// anchor's (R25).
+			view, err := r.States().Read(cmd.Context(), obj)
+			if err != nil {
+				return fmt.Errorf("rearm group %s: %w", group, err)
+			}
 			keys := state.Keys{Prefix: cfg.AnnotationPrefix}
 			expect, set := map[string]*string{}, map[string]*string{}
 			cleared := []string{}
@@ -62,7 +68,7 @@ quarantine (R23). Every lockout message names this command. Fix what kept the ro
 			// tag's hold (R21) ends too, and the digests lockouts locked on
 			// leave quarantine (R23).
 			for _, k := range keys.Rearmed(images) {
-				if v, ok := obj.Annotations[k]; ok {
+				if v, ok := view.State[k]; ok {
 					expect[k], set[k] = &v, nil
 					cleared = append(cleared, k)
 				}
@@ -71,7 +77,7 @@ quarantine (R23). Every lockout message names this command. Fix what kept the ro
 				fmt.Fprintf(cmd.OutOrStdout(), "group %s is not locked out, has no pending attempt and no held image; nothing to do\n", group)
 				return nil
 			}
-			if _, err := r.Workloads.UpdateAnnotations(cmd.Context(), anchor, expect, set); err != nil {
+			if _, err := r.States().Update(cmd.Context(), anchor, expect, set); err != nil {
 				return fmt.Errorf("rearm group %s: %w", group, err)
 			}
 			msg := fmt.Sprintf("re-armed group %s: cleared %s; the next tick acts again", group, strings.Join(cleared, ", "))

@@ -19,6 +19,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/render"
 	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -189,8 +190,15 @@ func (c *common) records(ctx context.Context, cfg *config.Config, groups []strin
 		if s := refresh.SuspensionOf(cfg.AnnotationPrefix, obj.Annotations, obj.AnnotationManager(keys.Suspend()), now()); s != nil {
 			suspend(name, s.Describe())
 		}
+		// The current records: the copy's, when a rollback rewound the
+		// anchor's (R25).
+		view, err := (&statestore.Store{Prefix: cfg.AnnotationPrefix, Kube: kube, Workloads: wl, Timeout: cfg.APITimeout}).Read(ctx, obj)
+		if err != nil {
+			unread[name] = err.Error()
+			continue
+		}
 		for _, img := range g.Images {
-			if d := obj.Annotations[keys.Record(img.Name)]; d != "" {
+			if d := view.State[keys.Record(img.Name)]; d != "" {
 				recorded[render.ImageKey{Group: name, Image: img.Name}] = d
 			}
 		}

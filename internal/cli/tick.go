@@ -59,7 +59,7 @@ Exit codes:
 			// removed, its pin kept) before the pass; a dry run writes
 			// nothing.
 			if found != nil && !dryRun {
-				if err := found.adopt(cmd.Context(), r.Workloads, c.watchNamespaces, log); err != nil {
+				if err := found.adopt(cmd.Context(), r.Workloads, r.States(), c.watchNamespaces, log); err != nil {
 					log.Error("discovery could not look for the workloads no longer labelled; none was let go", "error", err,
 						"remediation", "grant list on the workload kinds (docs/discovery.md), or pass --discovery=false")
 					discoveryErr = err

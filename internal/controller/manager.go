@@ -26,6 +26,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/registry"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -106,6 +107,8 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 		}
 	}
 	r.Workloads.SetCache(reader)
+	// The copies of the groups' state too (R25).
+	r.States().SetCache(mgr.GetCache())
 	// The ServiceAccounts' imagePullSecrets too (D1, R20): a steady state
 	// makes no API request for them (C6).
 	r.ServiceAccountSource = registry.ServiceAccountsFromCache(mgr.GetCache(), r.Config.APITimeout)
@@ -153,10 +156,20 @@ func cacheScope(cfg *config.Config, d *Discovery) (map[string]cache.Config, map[
 		// would mean every namespace.
 		byObject[&corev1.Pod{}] = cache.ByObject{Transform: workload.StripPod}
 	}
+	// The copies of the groups' state (R25), and nothing else of the
+	// ConfigMaps: where the anchors are (the chart's RBAC grants list and
+	// watch there), and where discovery looks.
+	anchors := map[string]cache.Config{}
+	for _, g := range cfg.Groups {
+		anchors[g.Anchor.Namespace] = cache.Config{}
+	}
+	copies := cache.ByObject{Label: statestore.Selector(), Namespaces: anchors}
 	if d != nil {
 		addDiscoveryCache(byObject, namespaces, cfg.AnnotationPrefix, d)
 		byObject[&corev1.ServiceAccount{}] = serviceAccountCache(namespaces, d)
+		copies.Namespaces = serviceAccountCache(anchors, d).Namespaces
 	}
+	byObject[&corev1.ConfigMap{}] = copies
 	return namespaces, byObject
 }
 
@@ -226,7 +239,7 @@ func addDiscovery(mgr ctrl.Manager, rc *rest.Config, c *Controller, namespaces m
 	r := c.Runner
 	disc := discover.New(nc, c, discover.Options{
 		Prefix: r.Config.AnnotationPrefix, Configured: r.Config.Groups, Scope: d.Namespaces,
-		Workloads: r.Workloads, Log: r.Log, Elected: mgr.Elected(),
+		Workloads: r.Workloads, State: r.States(), Log: r.Log, Elected: mgr.Elected(),
 		// As the workqueue ran its passes when they were the controller's.
 		Resync: c.Resync, Timeout: r.Config.EffectiveTickTimeout(), Backoff: failureBackoff[struct{}](c.Resync),
 	})
@@ -267,7 +280,7 @@ type cacheSynced struct {
 // /readyz fails while list/watch is denied instead of passing before any
 // informer exists.
 func (c cacheSynced) Start(ctx context.Context) error {
-	objs := watched(c.kinds, c.pods)
+	objs := append(watched(c.kinds, c.pods), &corev1.ConfigMap{}) // the state's copies (R25)
 	if c.discovery {
 		objs = append(objs, &corev1.Namespace{})
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -49,7 +50,10 @@ type Options struct {
 	Scope []string
 	// Workloads writes the leader's marks and let-gos (D1).
 	Workloads *workload.Client
-	Log       *slog.Logger
+	// State writes the marks as state and deletes a let-go workload's
+	// copy of its state (R25).
+	State *statestore.Store
+	Log   *slog.Logger
 	// Elected is closed once this replica leads (nil: it always does).
 	Elected <-chan struct{}
 	// Resync re-runs the leader's discovery at least this often; Timeout
@@ -199,7 +203,7 @@ func (d *Discoverer) pass(ctx context.Context, leading bool) error {
 		d.swept = false
 		return nil
 	}
-	a := discovery.Adoption{Prefix: d.o.Prefix, Workloads: d.o.Workloads, API: d.caches.api, Scope: d.o.Scope, Log: d.o.Log}
+	a := discovery.Adoption{Prefix: d.o.Prefix, Workloads: d.o.Workloads, State: d.o.State, API: d.caches.api, Scope: d.o.Scope, Log: d.o.Log}
 	a.Mark(ctx, in, res)
 	if !d.swept {
 		if _, err := a.LetGoUnlabelled(ctx, res.Managed, all); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -25,6 +26,10 @@ type Adoption struct {
 	Prefix string
 	// Workloads writes the marks and removes the state annotations.
 	Workloads *workload.Client
+	// State, when set, writes the marks as state (R25: numbered, copied)
+	// and deletes a let-go workload's copy of its state with its
+	// annotations.
+	State *statestore.Store
 	// API lists the marked workloads: the object metadata of every
 	// workload in scope (a label selector cannot find a workload whose
 	// label was removed).
@@ -52,7 +57,11 @@ func (a Adoption) Mark(ctx context.Context, in Input, res Result) {
 			continue
 		}
 		name := g.Name
-		if _, err := a.Workloads.UpdateAnnotations(ctx, ref(g.Anchor), nil, map[string]*string{key: &name}); err != nil {
+		update := a.Workloads.UpdateAnnotations
+		if a.State != nil {
+			update = a.State.Update
+		}
+		if _, err := update(ctx, ref(g.Anchor), nil, map[string]*string{key: &name}); err != nil {
 			a.Log.Warn("discovery: could not mark the anchor of a discovered group; it is managed, but not let go by itself when its label goes",
 				"group", g.Name, "anchor", g.Anchor.String(), "annotation", key, "error", err)
 		}
@@ -134,6 +143,13 @@ func (a Adoption) LetGo(ctx context.Context, w config.Workload) {
 		}
 		expect[k], set[k] = &v, nil
 		removed = append(removed, k)
+	}
+	if a.State != nil {
+		// Before the annotations: a copy left behind would bring the state
+		// back if the workload were managed again (R25).
+		if err := a.State.Delete(ctx, ref(w)); err != nil {
+			log.Warn("let go: could not delete the copy of its state; delete it by hand, or it brings the state back if the workload is managed again", "error", err)
+		}
 	}
 	if len(set) == 0 {
 		log.Info("let go: no longer labelled; its pin stays, it had no state annotations")

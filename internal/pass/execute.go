@@ -42,7 +42,7 @@ func (r *Runner) writeBookkeeping(ctx context.Context, p *refresh.Plan, anchor w
 	if p.Bookkeeping.Empty() {
 		return true
 	}
-	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.Bookkeeping.Expect, p.Bookkeeping.Set); err != nil {
+	if _, err := r.States().Update(ctx, anchor, p.Bookkeeping.Expect, p.Bookkeeping.Set); err != nil {
 		if errors.Is(err, workload.ErrChanged) {
 			r.lostRace(p, err, "nothing was written")
 			return false
@@ -59,7 +59,7 @@ func (r *Runner) clearSkipStreak(ctx context.Context, p *refresh.Plan, anchor wo
 	if p.ClearSkip.Empty() {
 		return
 	}
-	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, p.ClearSkip.Expect, p.ClearSkip.Set); err != nil {
+	if _, err := r.States().Update(ctx, anchor, p.ClearSkip.Expect, p.ClearSkip.Set); err != nil {
 		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
 			Message: fmt.Sprintf("could not clear the skip streak on %s: %v", p.Anchor, err)})
 	}
@@ -72,7 +72,7 @@ func (r *Runner) persistAttempt(ctx context.Context, p *refresh.Plan, anchor wor
 	if rp.AttemptWrite.Empty() {
 		return true
 	}
-	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set); err != nil {
+	if _, err := r.States().Update(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set); err != nil {
 		if errors.Is(err, workload.ErrChanged) {
 			r.lostRace(p, err, "nothing was re-imaged")
 			return false
@@ -94,7 +94,7 @@ func (r *Runner) reimage(ctx context.Context, p *refresh.Plan, snap Snapshot, an
 		return false
 	}
 	if rewrites > 0 && rewrites == len(rp.Changes) && !rp.AttemptWrite.Empty() {
-		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
+		if _, err := r.States().Update(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
 			r.fail(p, "release the attempt counter on %s after a rewritten re-pin: %v", p.Anchor, err)
 			return false
 		}
@@ -176,7 +176,7 @@ func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan, rollsBack boo
 // another process's now (C3) rather than still this one's.
 func (r *Runner) clearAttempt(ctx context.Context, p *refresh.Plan, anchor workload.Ref) (ended, ok bool) {
 	rp := p.Repin
-	if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
+	if _, err := r.States().Update(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
 		if errors.Is(err, workload.ErrChanged) {
 			// C3: another process took the attempt over or confirmed it
 			// while this one waited; the digest records are its to write
@@ -196,7 +196,7 @@ func (r *Runner) clearAttempt(ctx context.Context, p *refresh.Plan, anchor workl
 func (r *Runner) recordDigests(ctx context.Context, p *refresh.Plan, anchor workload.Ref) {
 	rp := p.Repin
 	if !rp.RecordWrite.Empty() {
-		if _, err := r.Workloads.UpdateAnnotations(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
+		if _, err := r.States().Update(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
 			if errors.Is(err, workload.ErrChanged) {
 				// C3: another process's pass saw the attempt cleared and
 				// recorded what every target runs first.
@@ -350,7 +350,7 @@ func (r *Runner) release(ctx context.Context, p *refresh.Plan, anchor workload.R
 	if rw.Empty() {
 		return
 	}
-	if _, err := r.Workloads.UpdateAnnotations(context.WithoutCancel(ctx), anchor, rw.Expect, rw.Set); err != nil && !errors.Is(err, workload.ErrChanged) {
+	if _, err := r.States().Update(context.WithoutCancel(ctx), anchor, rw.Expect, rw.Set); err != nil && !errors.Is(err, workload.ErrChanged) {
 		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
 			Message: fmt.Sprintf("could not release the attempt holder on %s: %v; another image-refresh process retries only after it expires", p.Anchor, err)})
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/refresh"
 	"github.com/image-refresh/image-refresh/internal/registry"
 	"github.com/image-refresh/image-refresh/internal/state"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -55,6 +56,10 @@ type Runner struct {
 	// cache for `run` (controller.NewManager), so that its steady state
 	// makes no API request for them (C6).
 	ServiceAccountSource registry.ServiceAccountSource
+	// State reads and writes the groups' state: the anchors' annotations
+	// and their copies (R25). nil: one on Kube and Workloads, reading the
+	// copies from the API (NewRunner; `run` sets its cache).
+	State *statestore.Store
 	// KeychainTTL bounds how long the pull secrets read for an image are
 	// reused, so that a rotated secret is picked up (the controller sets
 	// its poll interval); 0 means the registry package's default.
@@ -85,6 +90,19 @@ type Runner struct {
 type Snapshot struct {
 	Observation refresh.Observation
 	Objects     map[config.Workload]*workload.Object
+	// State says which copy of the group's state the observation holds
+	// (R25): Rewound when the anchor's was older than its copy's.
+	State statestore.View
+}
+
+// States returns the Runner's state store (State, or one on its clients).
+func (r *Runner) States() *statestore.Store {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.State == nil {
+		r.State = &statestore.Store{Prefix: r.Config.AnnotationPrefix, Kube: r.Kube, Workloads: r.Workloads, Timeout: r.Config.APITimeout, Log: r.Log}
+	}
+	return r.State
 }
 
 func ref(w config.Workload) workload.Ref {
@@ -150,10 +168,20 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		}
 		obs.Workloads[w] = st
 	}
+	var view statestore.View
 	if a, ok := objs[g.Anchor]; ok {
-		obs.Anchor = a.Annotations
-		if obs.Anchor == nil {
-			obs.Anchor = map[string]string{}
+		// The anchor's state, or its copy's when a rollback rewound the
+		// anchor's (R25).
+		v, err := r.States().Read(ctx, a)
+		switch {
+		case err != nil:
+			obs.AnchorErr = err
+		default:
+			view = v
+			obs.Anchor = v.State
+			if obs.Anchor == nil {
+				obs.Anchor = map[string]string{}
+			}
 		}
 		if sk := (state.Keys{Prefix: r.Config.AnnotationPrefix}).Suspend(); obs.Anchor[sk] != "" {
 			obs.SuspendedBy = a.AnnotationManager(sk) // O1: who suspended it
@@ -203,7 +231,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			}
 		}
 	}
-	return Snapshot{Observation: obs, Objects: objs}
+	return Snapshot{Observation: obs, Objects: objs, State: view}
 }
 
 // observePods reads the pods of every target workload's current template

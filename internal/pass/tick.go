@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -69,7 +70,10 @@ func (r *Runner) RollingGroups(ctx context.Context) map[string]bool {
 	rolling := map[string]bool{}
 	for _, g := range r.Config.Groups {
 		obj, err := r.Workloads.Get(ctx, workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name})
-		if err == nil && r.Rolling(obj.Annotations) {
+		if err != nil {
+			continue
+		}
+		if v, err := r.States().Read(ctx, obj); err == nil && r.Rolling(v.State) {
 			rolling[g.Name] = true
 		}
 	}
@@ -146,12 +150,41 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 	if !opts.DryRun && r.staleAnswer(ctx, g, latest, snap, plan) {
 		snap, plan = decide()
 	}
+	if snap.State.Rewound {
+		plan.Findings = append([]refresh.Finding{rewound(plan, snap)}, plan.Findings...)
+	}
 	if !opts.DryRun {
 		r.Execute(ctx, plan, snap)
+		r.restore(ctx, plan, snap)
 		r.countAsks(g, plan)
 	}
 	r.report(ctx, plan, snap, opts.DryRun)
 	return plan
+}
+
+// rewound is the INFO that a pass decided on the copy of the group's
+// state because the anchor's was older (R25): a rollback put an older
+// ReplicaSet's annotations back on the anchor. The image the rollback wrote
+// is the operator's write, judged as any other (R7); no attempt or holder
+// it brought back counts.
+func rewound(p *refresh.Plan, snap Snapshot) refresh.Finding {
+	v := snap.State
+	return refresh.Finding{Severity: refresh.SeverityInfo, Message: fmt.Sprintf(
+		"the state annotations on %s are older than their copy in ConfigMap %s (generation %d < %d): a rollback such as `kubectl rollout undo` put back an older ReplicaSet's annotations; this pass decides on the copy and writes it back to the anchor, and the image the rollback wrote is the operator's",
+		p.Anchor, v.Copy, v.AnchorGeneration, v.CopyGeneration)}
+}
+
+// restore writes the current state back to a rewound anchor when the
+// pass's own writes did not (R25): a plan with no state write, or one that
+// failed before its first. A no-op when a write of the pass restored it.
+func (r *Runner) restore(ctx context.Context, p *refresh.Plan, snap Snapshot) {
+	if !snap.State.Rewound {
+		return
+	}
+	if _, err := r.States().Update(ctx, ref(p.Anchor), nil, nil); err != nil {
+		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
+			Message: fmt.Sprintf("could not write the state back to %s after a rollback rewound it: %v; the next pass decides on the copy and tries again", p.Anchor, err)})
+	}
 }
 
 // countAsks remembers the failed registry asks whose failures the pass

@@ -34,6 +34,21 @@ const conflictRetries = 5
 // controller catches up, usually within milliseconds. No rollout starts,
 // and GetObserved of this Client knows the bump for its own.
 func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map[string]*string) (*Object, error) {
+	return c.UpdateAnnotationsWith(ctx, ref, func(obj *Object) (map[string]*string, error) {
+		if err := CheckExpected(obj.Annotations, expect); err != nil {
+			return nil, err
+		}
+		return set, nil
+	})
+}
+
+// UpdateAnnotationsWith is the compare-and-swap of UpdateAnnotations with
+// the check and the values computed by decide from the object as read, on
+// the first read and again on each re-read after a 409 Conflict: decide
+// returns the annotations to set (nil deletes a key), or an error, and
+// nothing is written. internal/statestore decides on the state chosen
+// between the anchor and its copy (R25).
+func (c *Client) UpdateAnnotationsWith(ctx context.Context, ref Ref, decide func(*Object) (map[string]*string, error)) (*Object, error) {
 	if err := ref.validate(); err != nil {
 		return nil, err
 	}
@@ -41,14 +56,25 @@ func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map
 	if err != nil {
 		return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
 	}
-	return c.updateAnnotationsFrom(ctx, obj, expect, set)
+	return c.updateFrom(ctx, obj, decide)
 }
 
 // updateAnnotationsFrom runs the compare-and-swap starting from a snapshot.
 func (c *Client) updateAnnotationsFrom(ctx context.Context, obj *Object, expect, set map[string]*string) (*Object, error) {
+	return c.updateFrom(ctx, obj, func(obj *Object) (map[string]*string, error) {
+		if err := CheckExpected(obj.Annotations, expect); err != nil {
+			return nil, err
+		}
+		return set, nil
+	})
+}
+
+// updateFrom runs UpdateAnnotationsWith's loop starting from a snapshot.
+func (c *Client) updateFrom(ctx context.Context, obj *Object, decide func(*Object) (map[string]*string, error)) (*Object, error) {
 	ref := obj.Ref
 	for retry := 0; ; retry++ {
-		if err := checkExpected(obj.Annotations, expect); err != nil {
+		set, err := decide(obj)
+		if err != nil {
 			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
 		}
 		if !changes(obj.Annotations, set) {
@@ -72,6 +98,12 @@ func (c *Client) updateAnnotationsFrom(ctx context.Context, obj *Object, expect,
 			return nil, fmt.Errorf("update annotations of %s: re-read after a conflict: %w", ref, err)
 		}
 	}
+}
+
+// CheckExpected checks the values a caller read (expect; nil: absent)
+// against have; the error satisfies errors.Is(err, ErrChanged).
+func CheckExpected(have map[string]string, expect map[string]*string) error {
+	return checkExpected(have, expect)
 }
 
 func checkExpected(have map[string]string, expect map[string]*string) error {

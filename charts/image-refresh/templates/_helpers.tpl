@@ -64,14 +64,26 @@ imagePullSecrets are read. Callers: include … | fromJson.
 {{- end }}
 {{- end }}
 {{- range $r := $refs }}
-{{- $ns := get $out $r.w.namespace | default (dict "kinds" (dict) "targets" false) }}
+{{- $ns := get $out $r.w.namespace | default (dict "kinds" (dict) "targets" false "copies" (list)) }}
 {{- $names := get $ns.kinds $r.w.kind | default (list) }}
 {{- $_ := set $ns.kinds $r.w.kind (append $names $r.w.name | uniq | sortAlpha) }}
-{{- if $r.target }}{{ $_ := set $ns "targets" true }}{{ end }}
+{{- if $r.target }}{{ $_ := set $ns "targets" true }}{{ else }}{{ $_ := set $ns "copies" (append $ns.copies (include "image-refresh.stateCopy" $r.w) | uniq | sortAlpha) }}{{ end }}
 {{- $_ := set $out $r.w.namespace $ns }}
 {{- end }}
 {{- end }}
 {{- toJson $out }}
+{{- end }}
+
+{{/*
+The name of the ConfigMap that keeps the copy of a group's state beside
+its anchor (R25; internal/statestore.Name): image-refresh-state-<kind>-<name>,
+or image-refresh-state- and 40 hex digits of its SHA-256 when longer than
+253 characters.
+*/}}
+{{- define "image-refresh.stateCopy" -}}
+{{- $n := printf "image-refresh-state-%s-%s" (lower .kind) .name }}
+{{- if gt (len $n) 253 }}{{ $n = printf "image-refresh-state-%s" (sha256sum $n | trunc 40) }}{{ end }}
+{{- $n }}
 {{- end }}
 
 {{/* The resource of a workload kind (internal/workload's kind table). */}}
@@ -323,6 +335,13 @@ The rules discovery needs on the workloads it finds (rbac-discovery.yaml).
   resourceNames: {{ toJson (uniq . | sortAlpha) }}
   verbs: [get]
 {{- end }}
+# get, create, update{{ if .controller }}, list, watch{{ end }}: the copy of each group's state, a ConfigMap
+# beside its anchor that a rollback of the anchor cannot rewind (R25);
+# delete: the copy of a workload let go.{{ if .controller }} The controller reads the copies
+# from its informer cache, which lists only them (a label selector).{{ end }}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, update, delete{{ if .controller }}, list, watch{{ end }}]
 {{- if .controller }}
 # create, patch: the controller's Events through events.k8s.io.
 - apiGroups: [events.k8s.io]
