@@ -307,7 +307,19 @@ func testInstallCronJobRBAC(t *testing.T, w *world) {
 		{"create", "", "events", other, "", false},
 		{"create", "coordination.k8s.io", "leases", w.releaseNS, "", false},
 		{"get", "", "configmaps", w.releaseNS, "ir-image-refresh", false},
+		// The copy of the group's state beside its anchor (R25).
+		{"get", "", "configmaps", w.ns, "image-refresh-state-deployment-api", true},
+		{"update", "", "configmaps", w.ns, "image-refresh-state-deployment-api", true},
+		{"create", "", "configmaps", w.ns, "", true},
+		{"get", "", "configmaps", w.ns, "another", false},
+		{"update", "", "configmaps", w.ns, "another", false},
+		{"list", "", "configmaps", w.ns, "", false},
+		{"create", "", "configmaps", other, "", false},
 	})
+	// The ticks above wrote the copy as the chart's ServiceAccount.
+	if _, err := w.c.Client.CoreV1().ConfigMaps(w.ns).Get(ctx, "image-refresh-state-deployment-api", metav1.GetOptions{}); err != nil {
+		t.Errorf("the ticks wrote no copy of the group's state: %v", err)
+	}
 }
 
 // TestInstall_C1_C3_ControllerRBAC installs mode controller with leader
@@ -346,6 +358,9 @@ func testInstallControllerRBAC(t *testing.T, w *world) {
 		{"list", "apps", "deployments", w.releaseNS, "", false},
 		{"list", "", "secrets", w.ns, "", false},
 		{"get", "", "secrets", w.ns, "regcred", false}, // pull-secret auth is off
+		{"list", "", "configmaps", w.ns, "", true},     // the copies of the state, from the cache (R25)
+		{"watch", "", "configmaps", w.ns, "", true},
+		{"list", "", "configmaps", w.releaseNS, "", false},
 	})
 
 	// Pin first (two ticks, as the controller's own ServiceAccount), so the
