@@ -92,8 +92,12 @@ func TestTick_R25_RolloutUndoRewindsNoRecordAttemptOrChurnHistory(t *testing.T) 
 	e.rolloutUndo("jobs-manager")
 	undone := e.annotations("jobs-manager")
 	t.Logf("the anchor's annotations after the undo: %v", undone)
-	if undone[record] != a || undone[changes] != "" {
-		t.Fatalf("setup: the undo did not rewind the anchor's state (record %q, churn history %q), so this test proves nothing", undone[record], undone[changes])
+	// A's ReplicaSet was created while the attempt that pinned A was on
+	// the anchor, and the Deployment controller never deletes a key from a
+	// ReplicaSet's copy: the undo brings that attempt and its holder back.
+	if undone[record] != a || undone[changes] != "" || undone[attempt] != "1" || undone[holder] == "" {
+		t.Fatalf("setup: the undo did not rewind the anchor's state (record %q, churn history %q, attempt %q, holder %q), so this test proves nothing",
+			undone[record], undone[changes], undone[attempt], undone[holder])
 	}
 	if err := testenv.WaitSettled(context.Background(), e.c.Client, "Deployment", e.ns, "jobs-manager", 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -320,5 +324,73 @@ func TestTick_R25_AnAnchorOnlyInstallationKeepsItsStateAndGainsACopy(t *testing.
 	noRewindSigns(t, logs)
 	if after := e.annotations("jobs-manager"); code != 0 || after[record] != b || after[changes] != an[changes] {
 		t.Errorf("tick after the undo: exit %d, record %q, churn history %q; want 0, %s, %q:\n%s", code, after[record], after[changes], b, an[changes], logs)
+	}
+}
+
+// R25 in `run` for R10's lockout and R23's quarantine, with the anchor its
+// own target: the controller locks the group out on B (its pods never
+// become Ready); the operator rolls web back with `kubectl rollout undo`,
+// which also puts A's annotations back (no lockout, no locked-on list).
+// The controller's pass on the undo decides on the copy: the lockout and
+// B's quarantine are back on the anchor, and the undo's image stays (a
+// locked-out group is not re-imaged). A new digest C re-arms the group and
+// rolls; the tag back on B is quarantined.
+func TestRun_R25_RolloutUndoKeepsTheLockoutAndTheQuarantine(t *testing.T) {
+	const gate = "lb.acme.example/target-healthy"
+	e := newEnv(t)
+	a := e.push("web", "prod")
+	tag := e.repo("web") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
+		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4))
+	groups := "groups:\n" + oneGroup("fixes", "web", "web", "web")
+	lb := e.startGateOwner("web", gate)
+	e.settle("Deployment", "web")
+	e.pinAll(e.config(groups))
+	cfg := e.config("rolloutTimeout: 4s\nmaxRefreshAttempts: 2\n" + groups)
+	ctl := e.startRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
+	ctl.waitReady(t)
+
+	b := e.push("web", "prod")
+	lb.fail(b)
+	flap, attempt, lockedOn, record := e.key("refresh-flap-detected"), e.key("refresh-attempt"), e.key("locked-on-web"), e.key("last-refreshed-web-digest")
+	eventually(t, 2*time.Minute, "locked out on B after 2 attempts", func() bool {
+		st := e.stateOf("web")
+		return st[flap] == "2" && st[lockedOn] == b
+	})
+	locked := e.stateOf("web")
+
+	e.rolloutUndo("web")
+	if undone := e.annotations("web"); undone[lockedOn] == b && undone[flap] != "" {
+		t.Logf("the undo left the lockout on the anchor (the controller restored it first?): %v", undone)
+	}
+	eventually(t, 60*time.Second, "the lockout and the quarantine back on the anchor, web on the undo's A", func() bool {
+		st := e.stateOf("web")
+		return st[flap] == locked[flap] && st[lockedOn] == b && st[attempt] == locked[attempt] && e.image("web", "web") == tag+"@"+a
+	})
+	e.settle("Deployment", "web")
+	ctl.kickedPasses(t, e, "fixes", "web")
+	logs := ctl.Logs()
+	if len(logLines(logs, "INFO", "older than their copy", "rollout undo")) == 0 {
+		t.Errorf("no INFO naming the rollback:\n%s", logs)
+	}
+	noRewindSigns(t, logs)
+	if got := e.image("web", "web"); got != tag+"@"+a {
+		t.Errorf("the locked-out group was re-imaged after the undo: web on %s, want the undo's %s", got, tag+"@"+a)
+	}
+
+	c := e.push("web", "prod")
+	eventually(t, 60*time.Second, "C re-armed, rolled and recorded", func() bool {
+		st := e.stateOf("web")
+		return e.image("web", "web") == tag+"@"+c && st[record] == c && st[flap] == "" && st[attempt] == ""
+	})
+	if got := e.stateOf("web")[lockedOn]; got != b {
+		t.Errorf("%s = %q after the re-arm, want %s still quarantined", lockedOn, got, b)
+	}
+	e.reg.MustTag(t, "acme/web", "prod", b)
+	eventually(t, 60*time.Second, "the quarantine WARN naming B", func() bool {
+		return len(logLines(ctl.Logs(), "WARN", "quarantined", b)) > 0
+	})
+	if got := e.image("web", "web"); got != tag+"@"+c {
+		t.Errorf("web on %s with the tag on the quarantined B, want %s", got, tag+"@"+c)
 	}
 }
