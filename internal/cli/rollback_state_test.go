@@ -394,3 +394,38 @@ func TestRun_R25_RolloutUndoKeepsTheLockoutAndTheQuarantine(t *testing.T) {
 		t.Errorf("web on %s with the tag on the quarantined B, want %s", got, tag+"@"+c)
 	}
 }
+
+// R25 with D1: a labelled workload's copy of its state is written with
+// its annotations, and deleted when the workload is let go, so that the
+// workload, labelled again, starts over from first observation rather
+// than from the state the copy would bring back.
+func TestTick_R25_D1_ALetGoWorkloadLosesTheCopyOfItsState(t *testing.T) {
+	e := discoveryEnv(t)
+	digest := e.push("api", "prod")
+	tag := e.repo("api") + ":prod"
+	testenv.Deployment(t, e.c.Client, e.ns, "api", testenv.WithContainer("api", tag))
+	e.settle("Deployment", "api")
+	e.enable("Deployment", "api")
+	cfg := e.settings()
+	for i := range 2 {
+		if code, _ := e.discoveryTick(cfg); code != 0 {
+			t.Fatalf("tick %d exit %d, want 0", i+1, code)
+		}
+	}
+	if cp := e.stateCopy("api"); cp["last-refreshed-api-digest"] != digest || cp["discovered-group"] == "" {
+		t.Fatalf("setup: the copy %v lacks the record or the discovered-group mark", cp)
+	}
+
+	e.label("Deployment", "api", map[string]*string{e.key("enabled"): nil})
+	if code, logs := e.discoveryTick(cfg); code != 0 || len(logLines(logs, "INFO", "let go", "state annotations were removed")) != 1 {
+		t.Fatalf("tick after the label went: exit %d, want 0 and the let-go logged:\n%s", code, logs)
+	}
+	if cp := e.stateCopy("api"); cp != nil {
+		t.Errorf("the copy of a let-go workload's state is still there: %v", cp)
+	}
+	e.enable("Deployment", "api")
+	code, logs := e.discoveryTick(cfg)
+	if code != 0 || len(logLines(logs, "INFO", "first observation")) != 1 {
+		t.Errorf("the workload labelled again: exit %d, want 0 and a first observation (its old state gone):\n%s", code, logs)
+	}
+}
