@@ -137,7 +137,7 @@ func (w *webhookFlags) setup(mgr *controller.Manager, cfg *config.Config, kube k
 			ns = strings.TrimSpace(string(b))
 		}
 	}
-	h := webhook.NewHandler(cfg, webhook.CachedAnnotations(mgr.Reader()), ready, m, log)
+	h := webhook.NewHandler(cfg, webhook.CachedState(mgr.Reader(), mgr.Controller.Runner.States()), ready, m, log)
 	h.SetClock(mgr.Controller.Runner.Now) // O1: a suspension ends on the engine's clock
 	// Discovered groups are pinned at admission too (D1, B1).
 	mgr.Controller.OnGroups = h.SetGroups

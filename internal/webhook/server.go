@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -129,18 +130,44 @@ func modernTLS(c *tls.Config) {
 // no API call.
 func CachedAnnotations(cache client.Reader) Annotations {
 	return func(ctx context.Context, w config.Workload) (map[string]string, error) {
-		k, ok := workload.LookupKind(w.Kind)
-		if !ok {
-			return nil, fmt.Errorf("%s: %w", w, workload.UnsupportedKind(w.Kind))
-		}
-		obj := k.New()
-		err := cache.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, obj)
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s from the cache: %w", w, err)
+		obj, err := cached(ctx, cache, w)
+		if obj == nil || err != nil {
+			return nil, err
 		}
 		return obj.GetAnnotations(), nil
 	}
+}
+
+// CachedState is CachedAnnotations with an anchor's current state (R25):
+// the copy's, from states (whose copies come from the same manager's
+// cache), when a rollback rewound the anchor's annotations. No API call.
+func CachedState(cache client.Reader, states *statestore.Store) Annotations {
+	return func(ctx context.Context, w config.Workload) (map[string]string, error) {
+		obj, err := cached(ctx, cache, w)
+		if obj == nil || err != nil {
+			return nil, err
+		}
+		v, err := states.Read(ctx, workload.FromObject(obj))
+		if err != nil {
+			return nil, err
+		}
+		return v.State, nil
+	}
+}
+
+// cached reads a workload from cache; nil when there is none.
+func cached(ctx context.Context, cache client.Reader, w config.Workload) (client.Object, error) {
+	k, ok := workload.LookupKind(w.Kind)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", w, workload.UnsupportedKind(w.Kind))
+	}
+	obj := k.New()
+	err := cache.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s from the cache: %w", w, err)
+	}
+	return obj, nil
 }
