@@ -173,10 +173,9 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		// The anchor's state, or its copy's when a rollback rewound the
 		// anchor's (R25).
 		v, err := r.States().Read(ctx, a)
-		switch {
-		case err != nil:
+		if err != nil {
 			obs.AnchorErr = err
-		default:
+		} else {
 			view = v
 			obs.Anchor = v.State
 			if obs.Anchor == nil {
