@@ -355,12 +355,19 @@ func (c *Controller) readRolling(ctx context.Context) {
 				"error", err)
 		} else {
 			in.Configured = c.Runner.Config.Groups
-			anchors := map[config.Workload]map[string]string{}
+			anchors := map[config.Workload]*workload.Object{}
 			for _, obj := range in.Workloads {
-				anchors[config.Workload{Kind: kindOf(obj), Namespace: obj.GetNamespace(), Name: obj.GetName()}] = obj.GetAnnotations()
+				w := config.Workload{Kind: kindOf(obj), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+				anchors[w] = &workload.Object{Ref: workload.Ref{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name}, UID: obj.GetUID(), Annotations: obj.GetAnnotations()}
 			}
 			for _, g := range discovery.Discover(in).Groups {
-				if a, ok := anchors[g.Anchor]; ok && c.Runner.Rolling(a) {
+				a, ok := anchors[g.Anchor]
+				if !ok {
+					continue
+				}
+				// The current state: the copy's when a rollback rewound
+				// the anchor's (R25).
+				if v, err := c.Runner.States().Read(ctx, a); err == nil && c.Runner.Rolling(v.State) {
 					rolling[g.Name] = true
 				}
 			}

@@ -3,6 +3,7 @@ package state
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The group's state lives in two places (R25): the anchor's annotations,
@@ -119,12 +120,19 @@ type Choice struct {
 	// copy's, and the next write restores the anchor.
 	Rewound bool
 	// AnchorGeneration and CopyGeneration are the generations read; the
-	// next write is one above the higher (Next).
+	// next write is above the higher (Next).
 	AnchorGeneration, CopyGeneration uint64
 }
 
-// Next is the generation of the next write.
-func (c Choice) Next() uint64 { return max(c.AnchorGeneration, c.CopyGeneration) + 1 }
+// Next is the generation of a write at now: the time in microseconds
+// since 1970, or one above the higher generation read if that is more.
+// One above keeps the generations increasing whatever the writers' clocks
+// say; the time keeps them above those an old ReplicaSet may still hold
+// after the state was started over by hand (the generation and the copy
+// deleted), which a counter starting at 1 again would not be.
+func (c Choice) Next(now time.Time) uint64 {
+	return max(max(c.AnchorGeneration, c.CopyGeneration)+1, uint64(max(now.UnixMicro(), 0)))
+}
 
 // Current chooses between the anchor's annotations and the copy (R25): the
 // copy when it is present and its generation is higher than the anchor's,

@@ -3,6 +3,7 @@ package state
 import (
 	"maps"
 	"testing"
+	"time"
 )
 
 func TestCurrent_R25_TheCopyWithTheHigherGenerationIsCurrent(t *testing.T) {
@@ -67,10 +68,29 @@ func TestCurrent_R25_TheCopyWithTheHigherGenerationIsCurrent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := k.Current(tc.anchor, tc.copied)
-			if ch.Rewound != tc.wantRewound || !maps.Equal(ch.State, tc.want) || ch.Next() != tc.wantNext {
-				t.Errorf("Current = rewound %v, next %d, state %v\nwant rewound %v, next %d, state %v", ch.Rewound, ch.Next(), ch.State, tc.wantRewound, tc.wantNext, tc.want)
+			// A clock before every generation read: the next is one above.
+			next := ch.Next(time.Unix(0, 0))
+			if ch.Rewound != tc.wantRewound || !maps.Equal(ch.State, tc.want) || next != tc.wantNext {
+				t.Errorf("Current = rewound %v, next %d, state %v\nwant rewound %v, next %d, state %v", ch.Rewound, next, ch.State, tc.wantRewound, tc.wantNext, tc.want)
 			}
 		})
+	}
+}
+
+func TestNext_R25_AGenerationIsAboveEveryOneReadAndAboveAnyOlderWrite(t *testing.T) {
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		ch   Choice
+		want uint64
+	}{
+		{"started over by hand (no generation left): the time, above any an old ReplicaSet holds", Choice{}, uint64(at.UnixMicro())},
+		{"read a generation from the clock's past: the time", Choice{AnchorGeneration: 5, CopyGeneration: 7}, uint64(at.UnixMicro())},
+		{"read one from a writer whose clock is ahead: one above it", Choice{AnchorGeneration: uint64(at.UnixMicro()) + 10, CopyGeneration: 3}, uint64(at.UnixMicro()) + 11},
+	} {
+		if got := tc.ch.Next(at); got != tc.want {
+			t.Errorf("%s: Next = %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -217,8 +217,8 @@ func (k Keys) SuspendReason() string { return k.key(suspendReason) }
 func (k Keys) SuspendedSince() string { return k.key(suspendedSince) }
 
 // Generation numbers the writes of the group's state: every write of
-// image-refresh sets it one above the highest it read, on the anchor and
-// in the state's copy (R25, see Current). An older value on the anchor
+// image-refresh sets it, on the anchor and in the state's copy, above the
+// highest it read (R25, see Current and Choice.Next). An older value on the anchor
 // than in the copy means the anchor's state was rewound: `kubectl rollout
 // undo` put back the annotations an older ReplicaSet copied.
 func (k Keys) Generation() string { return k.key(generation) }

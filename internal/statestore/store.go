@@ -195,9 +195,10 @@ func (s *Store) Update(ctx context.Context, ref workload.Ref, expect, set map[st
 			next = nil
 			return nil, nil
 		}
-		g := fmt.Sprint(ch.Next())
+		gen = ch.Next(time.Now())
+		g := fmt.Sprint(gen)
 		patch[keys.Generation()] = &g
-		cm, next, gen = c, want, ch.Next()
+		cm, next = c, want
 		return patch, nil
 	})
 	if err != nil || next == nil {
