@@ -19,7 +19,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/webhook"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // mode is one way to run the chart, with what its rendering must hold.
@@ -86,7 +88,13 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 	t.Helper()
 	fullname := release + "-image-refresh"
 	want := map[string]map[string][]string{} // namespace → resource → names
+	copies := map[string][]string{}          // namespace → the state copies' names (R25)
 	for _, g := range cfg.Groups {
+		a := g.Anchor
+		name := statestore.Name(workload.Ref{Kind: string(a.Kind), Namespace: a.Namespace, Name: a.Name})
+		if !slices.Contains(copies[a.Namespace], name) {
+			copies[a.Namespace] = append(copies[a.Namespace], name)
+		}
 		for _, w := range g.Workloads() {
 			if want[w.Namespace] == nil {
 				want[w.Namespace] = map[string][]string{}
@@ -113,8 +121,17 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 		var listWatch []string
 		var events, seriesEvents, secrets bool
 		pods := ""
+		var copyNames []string
+		copyVerbs := ""
 		for _, r := range rules {
 			switch {
+			case slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"configmaps"}) && len(r.ResourceNames) > 0:
+				if !slices.Equal(r.Verbs, []string{"get", "update"}) {
+					t.Errorf("%s: the named configmaps rule is not get, update: %s", ns, fmtRules([]rbacv1.PolicyRule{r}))
+				}
+				copyNames = r.ResourceNames
+			case slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"configmaps"}):
+				copyVerbs = strings.Join(r.Verbs, ",")
 			case workloadGroup(r.APIGroups) && slices.Equal(r.Verbs, []string{"get", "patch"}):
 				if len(r.Resources) != 1 || len(r.ResourceNames) == 0 {
 					t.Errorf("%s: get/patch rule not narrowed to one kind by resourceNames: %v", ns, fmtRules([]rbacv1.PolicyRule{r}))
@@ -161,6 +178,19 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 		}
 		if !secrets {
 			t.Errorf("%s: no secrets rule although registryAuth.pullSecretsEnabled", ns)
+		}
+		// The state copies beside the anchors (R25): by name where the
+		// anchors are, create (and the controller's list, watch) there only.
+		slices.Sort(copies[ns])
+		if !slices.Equal(copyNames, copies[ns]) {
+			t.Errorf("%s: configmaps get/update by name %v, want exactly the anchors' state copies %v", ns, copyNames, copies[ns])
+		}
+		wantCopyVerbs := map[bool]string{false: "create", true: "create,list,watch"}[md.controller]
+		if len(copies[ns]) == 0 {
+			wantCopyVerbs = ""
+		}
+		if copyVerbs != wantCopyVerbs {
+			t.Errorf("%s: configmaps %q, want %q", ns, copyVerbs, wantCopyVerbs)
 		}
 	}
 	lease := roles[releaseNS][fullname+"-leader-election"]

@@ -194,6 +194,8 @@ func (e *env) limitedKubeconfig(deployments ...string) (string, func(deployments
 		return []rbacv1.PolicyRule{
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, ResourceNames: names, Verbs: []string{"get", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "list", "patch"}},
+			// The copies of the groups' state beside their anchors (R25).
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
 		}
 	}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "limited", Namespace: e.ns}, Rules: rules(deployments)}
