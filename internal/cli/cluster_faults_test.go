@@ -63,6 +63,9 @@ func (e *env) stateOf(deploy string) map[string]string {
 	e.t.Helper()
 	out := map[string]string{}
 	for k, v := range e.annotations(deploy) {
+		if k == e.key("state-generation") {
+			continue // it numbers every write of the state, not what it holds (R25)
+		}
 		if strings.HasPrefix(k, e.prefix+"/") || k == ownerKey {
 			out[k] = v
 		}
