@@ -40,6 +40,10 @@ type NotationPolicy struct {
 	// Certificates are PEM files of the trust store (root or
 	// intermediate CA certificates; a file may hold several).
 	Certificates []string `yaml:"certificates"`
+	// Revocation turns Notation's revocation check on: the signing
+	// certificate's OCSP responder or CRL is asked (they must be
+	// reachable from image-refresh); off, no such request leaves it.
+	Revocation bool `yaml:"revocation,omitempty"`
 	// Certs are Certificates read and parsed; Load fills them.
 	Certs []*x509.Certificate `yaml:"-"`
 }
@@ -104,6 +108,9 @@ func (p *VerificationPolicy) Fingerprint() string {
 	if p.Notation != nil {
 		for _, c := range p.Notation.Certs {
 			h.Write(c.Raw)
+		}
+		if p.Notation.Revocation {
+			h.Write([]byte("revocation"))
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
@@ -213,6 +220,7 @@ func (d *decoder) verificationPolicy(path string, n *yaml.Node, p *VerificationP
 				"certificates": func(path string, n *yaml.Node) {
 					d.strings(path, n, &p.Notation.Certificates)
 				},
+				"revocation": d.boolean(&p.Notation.Revocation),
 			})
 		},
 	})

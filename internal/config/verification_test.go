@@ -295,3 +295,20 @@ func TestParse_V2_OnFailedRolloutIsHoldOrRollback(t *testing.T) {
 		t.Errorf("onFailedRollout retry: got %v, want an error naming the field", err)
 	}
 }
+
+func TestParse_V1_NotationRevocationIsOffUnlessTurnedOn(t *testing.T) {
+	body := func(extra string) string {
+		return "verification:\n  - name: notary\n    repositories: [registry.example.com/acme/*]\n    notation:\n      certificates: [ca.pem]\n" + extra + group
+	}
+	c, err := Parse([]byte(body("")), "config.yaml")
+	if err != nil || c.Verification[0].Notation.Revocation {
+		t.Errorf("default: %v, revocation %v; want off", err, c != nil && c.Verification[0].Notation.Revocation)
+	}
+	c, err = Parse([]byte(body("      revocation: true\n")), "config.yaml")
+	if err != nil || !c.Verification[0].Notation.Revocation {
+		t.Errorf("revocation: true: %v; want on", err)
+	}
+	if _, err := Parse([]byte(body("      revocation: maybe\n")), "config.yaml"); err == nil || !strings.Contains(err.Error(), "notation.revocation") {
+		t.Errorf("revocation: maybe: got %v, want an error naming the field", err)
+	}
+}

@@ -39,23 +39,25 @@ func (s trustStore) GetCertificates(_ context.Context, t truststore.Type, _ stri
 // newNotary is Notation's verifier for a policy: a trust policy of one
 // statement (any registry scope: the verification policy's repositories
 // already chose the image), the policy's certificates as its CA store,
-// any identity those certificates issued, strict verification with the
-// revocation check skipped (no OCSP or CRL request leaves image-refresh).
+// any identity those certificates issued, strict verification; the
+// revocation check is skipped (no OCSP or CRL request leaves image-refresh)
+// unless the policy turns it on.
 func newNotary(policy *config.VerificationPolicy) (notation.Verifier, error) {
 	if len(policy.Notation.Certs) == 0 {
 		return nil, fmt.Errorf("verification policy %s has no certificates loaded (config.Load reads them)", policy.Name)
 	}
+	sv := trustpolicy.SignatureVerification{VerificationLevel: trustpolicy.LevelStrict.Name}
+	if !policy.Notation.Revocation {
+		sv.Override = map[trustpolicy.ValidationType]trustpolicy.ValidationAction{trustpolicy.TypeRevocation: trustpolicy.ActionSkip}
+	}
 	doc := &trustpolicy.Document{
 		Version: "1.0",
 		TrustPolicies: []trustpolicy.TrustPolicy{{
-			Name:           policy.Name,
-			RegistryScopes: []string{"*"},
-			SignatureVerification: trustpolicy.SignatureVerification{
-				VerificationLevel: trustpolicy.LevelStrict.Name,
-				Override:          map[trustpolicy.ValidationType]trustpolicy.ValidationAction{trustpolicy.TypeRevocation: trustpolicy.ActionSkip},
-			},
-			TrustStores:       []string{string(truststore.TypeCA) + ":" + policy.Name},
-			TrustedIdentities: []string{"*"},
+			Name:                  policy.Name,
+			RegistryScopes:        []string{"*"},
+			SignatureVerification: sv,
+			TrustStores:           []string{string(truststore.TypeCA) + ":" + policy.Name},
+			TrustedIdentities:     []string{"*"},
 		}},
 	}
 	v, err := verifier.New(doc, trustStore(policy.Notation.Certs), nil)

@@ -591,3 +591,46 @@ func TestVerify_V1_ANotationSignatureOfAnotherCAOrAnotherDigestIsRejected(t *tes
 	v, err = g.verify(notationPolicy(trusted, t))
 	wantRejected(t, v, err, FormatNotation, OtherDigest, "")
 }
+
+func TestVerify_V1_NotationRevocationIsCheckedOnlyWhenThePolicyTurnsItOn(t *testing.T) {
+	f := newFixture(t, true)
+	ca := testsign.NewNotaryCA(t)
+	signer := ca.Issue(t)
+	signer.Sign(t, f.digest, f.digest, f.opts...)
+	policy := func(revocation bool) *config.VerificationPolicy {
+		p := notationPolicy(signer, t)
+		p.Notation.Revocation = revocation
+		return p
+	}
+
+	v, err := f.verify(policy(true))
+	if err != nil || !v.Verified || ca.Asked() == 0 {
+		t.Fatalf("revocation on, certificate good: got %s, %v, %d OCSP requests; want verified after asking the responder", v, err, ca.Asked())
+	}
+	ca.Revoke(signer)
+	v, err = f.verify(policy(true))
+	wantRejected(t, v, err, FormatNotation, Untrusted, "revoked")
+
+	asked := ca.Asked()
+	v, err = f.verify(policy(false))
+	if err != nil || !v.Verified || ca.Asked() != asked {
+		t.Errorf("revocation off: got %s, %v, %d more OCSP requests; want verified without asking", v, err, ca.Asked()-asked)
+	}
+}
+
+func TestVerify_V1_DistributionCarriesKeylessAndNotationSignaturesByTheTagFallback(t *testing.T) {
+	f := newDistributionFixture(t)
+	s := testsign.NewSigstore(t)
+	s.SignKeyless(t, f.digest, ciIssuer, "release@example.com", f.opts...)
+	v, err := f.verify(keylessPolicy(t, s, config.KeylessIdentity{Issuer: ciIssuer, Subject: "release@example.com"}))
+	if err != nil || !v.Verified || !strings.Contains(v.By.Key, "keyless") {
+		t.Errorf("keyless on Distribution: got %s, %v", v, err)
+	}
+	g := newDistributionFixture(t)
+	n := testsign.NewNotary()
+	n.Sign(t, g.digest, g.digest, g.opts...)
+	v, err = g.verify(notationPolicy(n, t))
+	if err != nil || !v.Verified || v.By.Format != FormatNotation {
+		t.Errorf("Notation on Distribution: got %s, %v", v, err)
+	}
+}
