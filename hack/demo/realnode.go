@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -89,6 +90,12 @@ func statusRow(table, target string) string {
 // pushBuild publishes build of the real node's application under :prod.
 func (d *demo) pushBuild(img, build string) string {
 	app, err := localcluster.AppImage(d.o.binDir, build)
+	return d.pushApp(img, build, "", app, err)
+}
+
+// pushApp publishes app (made with err), build of img, under :prod; note
+// says what is special about it.
+func (d *demo) pushApp(img, build, note string, app v1.Image, err error) string {
 	d.must(err, "build the application image")
 	ref, err := name.NewTag(d.repo(img)+":"+tag, name.Insecure)
 	d.must(err, "name the application image")
@@ -96,9 +103,9 @@ func (d *demo) pushBuild(img, build string) string {
 	digest, err := app.Digest()
 	d.must(err, "digest of build "+build)
 	if old := d.digests[img]; old != "" {
-		d.ok("pushed %s:%s  build %s  %s → %s", d.nodeRepo(img), tag, build, short(old), short(digest.String()))
+		d.ok("pushed %s:%s  build %s%s  %s → %s", d.nodeRepo(img), tag, build, note, short(old), short(digest.String()))
 	} else {
-		d.ok("pushed %s:%s  build %s  %s", d.nodeRepo(img), tag, build, short(digest.String()))
+		d.ok("pushed %s:%s  build %s%s  %s", d.nodeRepo(img), tag, build, note, short(digest.String()))
 	}
 	d.digests[img] = digest.String()
 	return digest.String()

@@ -104,15 +104,7 @@ func (d *demo) sign(key testsign.Signer, repo, digest string) {
 // pushCrashing publishes a build whose container exits 1 at once.
 func (d *demo) pushCrashing(img, build string) string {
 	app, err := localcluster.CrashingAppImage(d.o.binDir, build, 1)
-	d.must(err, "build the crashing image")
-	ref, err := name.NewTag(d.repo(img)+":"+tag, name.Insecure)
-	d.must(err, "name the crashing image")
-	d.must(remote.Write(ref, app, remote.WithContext(d.ctx)), "push build "+build)
-	digest, err := app.Digest()
-	d.must(err, "digest of build "+build)
-	d.ok("pushed %s:%s  build %s (exits 1)  %s → %s", d.nodeRepo(img), tag, build, short(d.digests[img]), short(digest.String()))
-	d.digests[img] = digest.String()
-	return digest.String()
+	return d.pushApp(img, build, " (exits 1)", app, err)
 }
 
 // tickWith runs one tick of config cfg and fails unless it exits want.

@@ -4,17 +4,13 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/notaryproject/notation-core-go/testhelper"
 	"github.com/notaryproject/notation-go"
 	"github.com/notaryproject/notation-go/signer"
@@ -79,35 +75,6 @@ func (n *Notary) Sign(t testing.TB, d, signed name.Digest, opts ...remote.Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj, err := remote.Head(d, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := d.Context()
-	cfg := static.NewLayer([]byte("{}"), emptyMediaType)
-	layer := static.NewLayer(envelope, "application/jose+json")
-	for _, l := range []v1.Layer{cfg, layer} {
-		if err := remote.WriteLayer(repo, l, opts...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	desc := func(l v1.Layer, mt string) map[string]any {
-		dg, _ := l.Digest()
-		size, _ := l.Size()
-		return map[string]any{"mediaType": mt, "digest": dg.String(), "size": size}
-	}
-	m := map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"artifactType":  NotationArtifactType,
-		"config":        desc(cfg, emptyMediaType),
-		"layers":        []any{desc(layer, "application/jose+json")},
-		"subject":       map[string]any{"mediaType": string(subj.MediaType), "digest": subj.Digest.String(), "size": subj.Size},
-		"annotations":   map[string]string{"io.cncf.notary.x509chain.thumbprint#S256": "[]"},
-	}
-	raw, _ := json.Marshal(m)
-	h, _, _ := v1.SHA256(strings.NewReader(string(raw)))
-	if err := remote.Put(repo.Digest(h.String()), rawManifest(raw), opts...); err != nil {
-		t.Fatal(err)
-	}
+	attach(t, d, NotationArtifactType, "application/jose+json", envelope,
+		map[string]string{"io.cncf.notary.x509chain.thumbprint#S256": "[]"}, opts...)
 }

@@ -120,22 +120,19 @@ func Statement(d name.Digest, predicateType string) []byte {
 // DSSEBundle signs a statement about d as a Sigstore bundle v0.3 (JSON).
 func (s Signer) DSSEBundle(t testing.TB, d name.Digest, predicateType string) []byte {
 	t.Helper()
-	pb, err := sign.Bundle(&sign.DSSEData{Data: Statement(d, predicateType), PayloadType: inTotoPayloadType}, s.kp, sign.BundleOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := (&bundle.Bundle{Bundle: pb}).MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return s.bundle(t, &sign.DSSEData{Data: Statement(d, predicateType), PayloadType: inTotoPayloadType})
 }
 
 // MessageBundle signs data itself (a message signature, e.g. over a
 // manifest) as a Sigstore bundle.
 func (s Signer) MessageBundle(t testing.TB, data []byte) []byte {
 	t.Helper()
-	pb, err := sign.Bundle(&sign.PlainData{Data: data}, s.kp, sign.BundleOptions{})
+	return s.bundle(t, &sign.PlainData{Data: data})
+}
+
+func (s Signer) bundle(t testing.TB, content sign.Content) []byte {
+	t.Helper()
+	pb, err := sign.Bundle(content, s.kp, sign.BundleOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,9 +154,22 @@ func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIMani
 // sha256-<hex> tag's index.
 func AttachBundle(t testing.TB, subject name.Digest, bundleJSON []byte, predicateType string, opts ...remote.Option) {
 	t.Helper()
+	attach(t, subject, BundleMediaType, BundleMediaType, bundleJSON, map[string]string{
+		"dev.sigstore.bundle.content":      "dsse-envelope",
+		predicateAnnotation:                predicateType,
+		"org.opencontainers.image.created": time.Now().UTC().Format(time.RFC3339),
+	}, opts...)
+}
+
+// attach pushes data as an OCI 1.1 artifact of artifactType whose subject
+// is subject: an empty config and data as its one layer of layerType.
+// Without the referrers API, go-containerregistry's client adds it to the
+// sha256-<hex> tag's index.
+func attach(t testing.TB, subject name.Digest, artifactType, layerType string, data []byte, annotations map[string]string, opts ...remote.Option) {
+	t.Helper()
 	repo := subject.Context()
 	cfg := static.NewLayer([]byte("{}"), emptyMediaType)
-	layer := static.NewLayer(bundleJSON, BundleMediaType)
+	layer := static.NewLayer(data, types.MediaType(layerType))
 	for _, l := range []v1.Layer{cfg, layer} {
 		if err := remote.WriteLayer(repo, l, opts...); err != nil {
 			t.Fatal(err)
@@ -177,15 +187,11 @@ func AttachBundle(t testing.TB, subject name.Digest, bundleJSON []byte, predicat
 	m := map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     string(types.OCIManifestSchema1),
-		"artifactType":  BundleMediaType,
+		"artifactType":  artifactType,
 		"config":        desc(cfg, emptyMediaType),
-		"layers":        []any{desc(layer, BundleMediaType)},
+		"layers":        []any{desc(layer, layerType)},
 		"subject":       map[string]any{"mediaType": string(subj.MediaType), "digest": subj.Digest.String(), "size": subj.Size},
-		"annotations": map[string]string{
-			"dev.sigstore.bundle.content":      "dsse-envelope",
-			predicateAnnotation:                predicateType,
-			"org.opencontainers.image.created": time.Now().UTC().Format(time.RFC3339),
-		},
+		"annotations":   annotations,
 	}
 	raw, _ := json.Marshal(m)
 	h, _, _ := v1.SHA256(strings.NewReader(string(raw)))

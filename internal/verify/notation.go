@@ -69,13 +69,9 @@ func newNotary(policy *config.VerificationPolicy) (notation.Verifier, error) {
 
 // notations checks the Notation signatures among the digest's referrers.
 func (l *lookup) notations() error {
-	idx, err := remote.Referrers(l.ref, l.opts...)
+	m, err := l.referrers()
 	if err != nil {
-		return fmt.Errorf("list the referrers of %s: %w", l.ref, err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return fmt.Errorf("list the referrers of %s: %w", l.ref, err)
+		return err
 	}
 	var target *ocispec.Descriptor
 	n := 0

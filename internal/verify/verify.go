@@ -211,15 +211,25 @@ func (l *lookup) verified(f Format, source, keyFile string) {
 	l.verdict.By = Signature{Format: f, Source: source, Key: keyFile}
 }
 
-// bundles checks the Sigstore bundles among the digest's referrers.
-func (l *lookup) bundles() error {
+// referrers lists the digest's referrers: the referrers API, or the
+// sha256-<hex> tag for a registry without it (go-containerregistry).
+func (l *lookup) referrers() (*v1.IndexManifest, error) {
 	idx, err := remote.Referrers(l.ref, l.opts...)
 	if err != nil {
-		return fmt.Errorf("list the referrers of %s: %w", l.ref, err)
+		return nil, fmt.Errorf("list the referrers of %s: %w", l.ref, err)
 	}
 	m, err := idx.IndexManifest()
 	if err != nil {
-		return fmt.Errorf("list the referrers of %s: %w", l.ref, err)
+		return nil, fmt.Errorf("list the referrers of %s: %w", l.ref, err)
+	}
+	return m, nil
+}
+
+// bundles checks the Sigstore bundles among the digest's referrers.
+func (l *lookup) bundles() error {
+	m, err := l.referrers()
+	if err != nil {
+		return err
 	}
 	n := 0
 	for _, d := range m.Manifests {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,6 +71,13 @@ func newWorld(t *testing.T) *world {
 func (w *world) pushBuild(repo, tag, build string) string {
 	w.t.Helper()
 	img, err := localcluster.AppImage(w.c.BinDir, build)
+	return w.push(repo, tag, build, img, err)
+}
+
+// push pushes img (made with err) for build to repo:tag and returns its
+// digest.
+func (w *world) push(repo, tag, build string, img v1.Image, err error) string {
+	w.t.Helper()
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
 	"github.com/image-refresh/image-refresh/internal/localcluster"
@@ -36,21 +33,7 @@ const crashGroup = `groups:
 func (w *world) pushCrashing(repo, tag, build string, code int) string {
 	w.t.Helper()
 	img, err := localcluster.CrashingAppImage(w.c.BinDir, build, code)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	ref, err := name.NewTag(w.reg.Host()+"/"+repo+":"+tag, name.Insecure)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		w.t.Fatalf("push crashing build %s to %s: %v", build, ref, err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return d.String()
+	return w.push(repo, tag, build, img, err)
 }
 
 // syncBuffer is the log of an in-process `run`.
@@ -85,10 +68,8 @@ func TestRealNode_V2_ABuildWhoseContainerExits1IsRolledBack(t *testing.T) {
 	// Ready when it serves: without a readiness probe a container that
 	// exits right after it started counts as available for a moment, and
 	// Kubernetes (like kubectl rollout status) calls the rollout done.
-	d := w.deployment("crash")
-	d.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(8080)}}}
-	if _, err := w.c.Client.AppsV1().Deployments(w.ns).Update(context.Background(), d, metav1.UpdateOptions{}); err != nil {
+	probe := `{"spec":{"template":{"spec":{"containers":[{"name":"app","readinessProbe":{"periodSeconds":1,"httpGet":{"port":8080}}}]}}}}`
+	if _, err := w.c.Client.AppsV1().Deployments(w.ns).Patch(context.Background(), "crash", types.StrategicMergePatchType, []byte(probe), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	w.readyPod("crash")
