@@ -5,7 +5,7 @@
 # See docs/image.md.
 
 # The Go release the Makefile pins (GOTOOLCHAIN): its standard library has
-# the fixes govulncheck needs. internal/image checks the two agree.
+# the fixes govulncheck needs. test/e2e/image checks the two agree.
 ARG GO_VERSION=1.27.3
 # distroless static, non-root: CA certificates, tzdata, /etc/passwd with
 # nonroot (65532), no shell, no package manager.

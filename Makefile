@@ -54,18 +54,17 @@ distribution:
 real-node-deps:
 	@hack/install-real-node.sh
 
-# internal/cli's tests (each test binary starts a local cluster of its own)
-# are most of `make test`, and mostly wait on the cluster; they run as two
-# test processes at once, next to every other package: the tests CLI_SHARD
-# matches, and all the others (-skip the same pattern, so every test runs
-# exactly once, a new one included).
-CLI_SHARD := ^Test(Tick|Helm|Faults)
+# The end-to-end areas (test/e2e/<area>: each test binary starts a local
+# cluster of its own and mostly waits on it) are most of `make test`: they
+# run as one go test, three test binaries at once, longest first, next to
+# one go test of every other package (the second list is go list ./...
+# less the first, so every test runs exactly once, a new package included).
+E2E_AREAS := ./test/e2e/run ./test/e2e/admission ./test/e2e/tick ./test/e2e/discovery
 test: cluster-bin real-node-deps vet vulncheck distribution promtool
-	@pids=(); \
-	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/internal/cli$$') & pids+=($$!); \
-	$(GO) test -race -count=1 -timeout 25m -run '$(CLI_SHARD)' ./internal/cli & pids+=($$!); \
-	$(GO) test -race -count=1 -timeout 25m -skip '$(CLI_SHARD)' ./internal/cli & pids+=($$!); \
-	rc=0; for p in "$${pids[@]}"; do wait "$$p" || rc=1; done; exit $$rc
+	@areas=$$($(GO) list $(E2E_AREAS)) && pids=() && \
+	{ $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -vxF "$$areas") & pids+=($$!); } && \
+	{ $(GO) test -race -count=1 -timeout 25m -p 3 $(E2E_AREAS) & pids+=($$!); } && \
+	rc=0 && for p in "$${pids[@]}"; do wait "$$p" || rc=1; done; exit $$rc
 	@$(MAKE) -s fuzz
 
 # govulncheck on ./... against a vulnerability database built locally from the
@@ -73,7 +72,7 @@ test: cluster-bin real-node-deps vet vulncheck distribution promtool
 vulncheck:
 	@GO="$(GO)" hack/vulncheck.sh
 
-# promtool for the chart's alert-rule tests (internal/chart TestAlerts_*),
+# promtool for the chart's alert-rule tests (test/e2e/chart TestAlerts_*),
 # built once from the prometheus Go module and cached; the tests call the
 # same script, so this only moves the first build out of go test's timeout.
 .PHONY: promtool
@@ -84,7 +83,7 @@ promtool:
 fuzz:
 	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" hack/fuzz.sh
 
-$(LOCALCLUSTER): $(shell find hack/localcluster internal/localcluster internal/testregistry -name '*.go' -o -name '*.yaml' -o -name '*.txt' 2>/dev/null)
+$(LOCALCLUSTER): $(shell find hack/localcluster test/support/localcluster test/support/testregistry test/support/content -name '*.go' -o -name '*.yaml' -o -name '*.txt' 2>/dev/null)
 	@$(GO) build -o $@ ./hack/localcluster
 
 # Prints exactly two lines: eval "$(make -s cluster-up)". REAL_NODES=1 adds

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the CNCF Distribution registry (Debian's docker-registry package,
 # binary /usr/bin/docker-registry) that the second-registry tests start on
-# loopback (internal/distribution, internal/cli/distribution_test.go).
+# loopback (test/support/distribution, test/e2e/run/distribution_test.go).
 #
 # Idempotent: does nothing when the binary is there. Otherwise it installs the
 # package with apt-get, and makes sure the package leaves no system service

@@ -8,7 +8,7 @@
 #                     (v0.316.0 is Prometheus 3.16.0)
 #   TOOLS_DIR         default ${XDG_CACHE_HOME:-$HOME/.cache}/image-refresh/tools
 #   GO                the go command (default go)
-# The chart's alert-rule tests (internal/chart, TestAlerts_*) call this
+# The chart's alert-rule tests (test/e2e/chart, TestAlerts_*) call this
 # script; `hack/promtool.sh` alone just builds the binary. Progress goes to
 # stderr, the path to stdout. It is built with -tags remove_all_sd: promtool
 # then leaves out Prometheus' service-discovery plugins (cloud SDKs), which

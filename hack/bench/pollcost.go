@@ -11,10 +11,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/distribution"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/registry"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/distribution"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // The pollcost phase: what one poll interval costs a registry, by kind of

@@ -22,7 +22,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/image-refresh/image-refresh/internal/state"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // The soak (issue 14): `run` over -workloads Deployments for -soak-for
@@ -41,7 +41,7 @@ import (
 //     manager "helm", as a Helm re-render does;
 //   - push: a new random image is pushed to a random repo:tag;
 //   - fault: for 5–30 s every registry manifest request is answered 503,
-//     or 429 with Retry-After: 2 (internal/testregistry's Fault); at most
+//     or 429 with Retry-After: 2 (test/support/testregistry's Fault); at most
 //     one at a time, 10 s apart;
 //   - restart: exactly one kube-apiserver SIGKILL and restart
 //     (localcluster.RestartAPIServer), half-way through.

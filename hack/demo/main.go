@@ -27,9 +27,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/image-refresh/image-refresh/internal/localcluster"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
 	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 type options struct {

@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/image-refresh/image-refresh/internal/localcluster"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
 )
 
 // storefront is the real node's workload of step 7: an application that

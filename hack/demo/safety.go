@@ -10,8 +10,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/image-refresh/image-refresh/internal/localcluster"
-	"github.com/image-refresh/image-refresh/internal/testsign"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
+	"github.com/image-refresh/image-refresh/test/support/testsign"
 )
 
 // checkout is step 8's workload on the real node: configured (not

@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
-	"github.com/image-refresh/image-refresh/internal/freeport"
 	"github.com/image-refresh/image-refresh/internal/webhook"
+	"github.com/image-refresh/image-refresh/test/support/freeport"
 )
 
 const (

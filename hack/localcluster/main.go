@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/image-refresh/image-refresh/internal/localcluster"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 const usage = `usage: localcluster <command> [args]

@@ -3,7 +3,7 @@
 // strictly into prometheus-operator's own monitoring.coreos.com/v1 Go
 // types: an unknown or misspelt field, or a value of the wrong type, is an
 // error. It prints one line per object checked and exits 1 on the first
-// problem. internal/chart's tests build it (go build in this folder, its
+// problem. test/e2e/chart's tests build it (go build in this folder, its
 // own module, so the operator's API module stays out of image-refresh's
 // go.mod) and run it on the chart's output.
 package main

@@ -196,6 +196,14 @@ func (c *common) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// NewRunner is the pass executor tick, run and status build, for a loaded
+// config read from configPath and the cluster of kubeconfig: the end-to-end
+// tests drive one pass of run's own Runner with it.
+func NewRunner(configPath, kubeconfig string, cfg *config.Config, log *slog.Logger) (*pass.Runner, error) {
+	c := &common{configPath: configPath, kubeconfig: kubeconfig}
+	return c.runner(cfg, log, nil)
+}
+
 // runner builds the tick executor from a loaded config (pass.NewRunner).
 func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) (*pass.Runner, error) {
 	rc, err := c.restConfig()

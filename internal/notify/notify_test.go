@@ -23,8 +23,8 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/registry"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
-	"github.com/image-refresh/image-refresh/internal/testwait"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 const secret = "n0tify-s3cret-5d1e9a7c44b2"

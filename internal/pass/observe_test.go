@@ -15,8 +15,8 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/registry"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
 	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // TestObserve_R3_AMirrorsProofIsAskedOncePerDigest: a target that runs

@@ -13,11 +13,11 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/registry"
-	"github.com/image-refresh/image-refresh/internal/testwait"
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // These are unit tests of the scheduling logic with a counting Resolve; the
-// real registry round trip is proven in internal/cli's run tests.
+// real registry round trip is proven in test/e2e/run's tests.
 
 func img(repo, tag, name string) config.Image {
 	return config.Image{Name: name, Repository: repo, Tag: tag}

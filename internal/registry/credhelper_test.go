@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // credHelper installs docker-credential-irtest, a real executable on PATH

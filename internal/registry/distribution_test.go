@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/image-refresh/image-refresh/internal/distribution"
+	"github.com/image-refresh/image-refresh/test/support/distribution"
 )
 
 // frontBudget is what a client cost the real Distribution registry, counted

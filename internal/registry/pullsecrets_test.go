@@ -15,7 +15,7 @@ import (
 	ktesting "k8s.io/client-go/testing"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 func serviceAccount(ns, name string, secrets ...string) *corev1.ServiceAccount {

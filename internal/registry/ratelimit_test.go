@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 func rateLimitHeader(limit, remaining string) http.Header {

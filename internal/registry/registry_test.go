@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 func newResolver(t *testing.T, opts Options) *Resolver {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // budget is what a client cost the registry: requests by kind and new TCP

@@ -20,8 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
 	"github.com/image-refresh/image-refresh/internal/verify"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // signLegacy pushes a cosign legacy signature of repo@digest, made with

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/testsign"
+	"github.com/image-refresh/image-refresh/test/support/testsign"
 )
 
 // BenchmarkVerify_V1 is what verification adds for a new digest: one

@@ -15,9 +15,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/distribution"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
-	"github.com/image-refresh/image-refresh/internal/testsign"
+	"github.com/image-refresh/image-refresh/test/support/distribution"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/testsign"
 )
 
 // The tests sign with keys of their own, in cosign's own formats, and push

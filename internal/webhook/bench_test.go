@@ -30,8 +30,8 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
 	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // benchRate is the steady request rate of BenchmarkAdmission: one request

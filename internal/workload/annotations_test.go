@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/image-refresh/image-refresh/internal/testenv"
 	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 const (

@@ -18,9 +18,9 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
-	"github.com/image-refresh/image-refresh/internal/testenv"
-	"github.com/image-refresh/image-refresh/internal/testwait"
 	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // The guard must know a generation bump that only image-refresh's own

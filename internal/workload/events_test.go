@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/image-refresh/image-refresh/internal/testenv"
 	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 func TestEvent_R15_RecordsOnTheWorkloadAndCountsRepeats(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/image-refresh/image-refresh/internal/testenv"
 	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 func TestWaitSettled_R4_SettledAfterARollout(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 // leader waits until the release's Lease image-refresh names a holder

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 const incidentGroup = `groups:

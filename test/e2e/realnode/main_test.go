@@ -32,9 +32,9 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
-	"github.com/image-refresh/image-refresh/internal/localcluster"
-	"github.com/image-refresh/image-refresh/internal/testenv"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 func TestMain(m *testing.M) {

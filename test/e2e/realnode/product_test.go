@@ -20,9 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/image-refresh/image-refresh/internal/localcluster"
-	"github.com/image-refresh/image-refresh/internal/testenv"
-	"github.com/image-refresh/image-refresh/internal/testregistry"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // repoRoot is the module root, three levels above this package.

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
-	"github.com/image-refresh/image-refresh/internal/localcluster"
-	"github.com/image-refresh/image-refresh/internal/testenv"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 const crashGroup = `groups:

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// OwnerKey is an annotation of the operator's own on an anchor: it must
+// survive every write of image-refresh (R16).
+const OwnerKey = "acme.example/owner"
+
+// CfWebGroup is a group of one Deployment "web" that is its own anchor.
+const CfWebGroup = `groups:
+  - name: web
+    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
+    images:
+      - name: web
+        repository: {{reg}}/acme/web
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}
+`
+
+// StateOf returns the annotations of a Deployment that image-refresh keeps
+// (prefix P) and the operator's own ownerKey.
+func (e *Env) StateOf(deploy string) map[string]string {
+	e.T.Helper()
+	out := map[string]string{}
+	for k, v := range e.Annotations(deploy) {
+		if k == e.Key("state-generation") {
+			continue // it numbers every write of the state, not what it holds (R25)
+		}
+		if strings.HasPrefix(k, e.Prefix+"/") || k == OwnerKey {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// PodCondition is the status of the pod's condition typ ("" if absent).
+func PodCondition(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// GateOwner plays the owner of a readiness gate, as a load balancer
+// controller does for the pods of one Deployment: it reports the gate
+// False on every pod that runs the digest it is told is unhealthy, True on
+// the others.
+//
+// kwok's pod-ready stage, which stands in for the kubelet here, reports
+// every readinessGate True (and the pod Ready) when it starts a pod, and
+// never recomputes Ready afterwards. So a gate "nobody sets" does not keep
+// a pod unready on this cluster; the owner writes the gate and, as the
+// kubelet would on a gate turning False, the pod's Ready condition. kwok
+// does not touch a started pod's status again, so what the owner writes
+// stays.
+type GateOwner struct {
+	E         *Env
+	App, Gate string
+	Mu        sync.Mutex
+	Unhealthy string // a digest; "" = every target healthy
+	OnTag     bool   // pods on a bare tag (no digest) are unhealthy too
+	Cancel    context.CancelFunc
+	Done      chan struct{}
+}
+
+// StartGateOwner starts a GateOwner for the pods of app; it stops when the
+// test ends.
+func (e *Env) StartGateOwner(app, gate string) *GateOwner {
+	e.T.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &GateOwner{E: e, App: app, Gate: gate, Cancel: cancel, Done: make(chan struct{})}
+	go g.Loop(ctx)
+	e.T.Cleanup(func() { g.Cancel(); <-g.Done })
+	return g
+}
+
+// Fail makes the owner report pods on digest unhealthy ("" heals them).
+func (g *GateOwner) Fail(digest string) {
+	g.Mu.Lock()
+	g.Unhealthy = digest
+	g.Mu.Unlock()
+}
+
+// FailOnTag makes the owner report pods whose image has no digest (a
+// revert to the bare tag) unhealthy.
+func (g *GateOwner) FailOnTag() {
+	g.Mu.Lock()
+	g.OnTag = true
+	g.Mu.Unlock()
+}
+
+// Loop sets the gate on the pods it watches until ctx ends.
+func (g *GateOwner) Loop(ctx context.Context) {
+	defer close(g.Done)
+	pods := g.E.C.Client.CoreV1().Pods(g.E.NS)
+	for ctx.Err() == nil {
+		g.Mu.Lock()
+		bad, onTag := g.Unhealthy, g.OnTag
+		g.Mu.Unlock()
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + g.App})
+		for i := 0; err == nil && i < len(list.Items); i++ {
+			p := &list.Items[i]
+			if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+				continue // not started by kwok yet: it would overwrite the gate
+			}
+			want, reason := corev1.ConditionTrue, "TargetHealthy"
+			if img := p.Spec.Containers[0].Image; (bad != "" && strings.HasSuffix(img, "@"+bad)) || (onTag && !strings.Contains(img, "@")) {
+				want, reason = corev1.ConditionFalse, "TargetUnhealthy"
+			}
+			if PodCondition(p, corev1.PodConditionType(g.Gate)) == want && PodCondition(p, corev1.PodReady) == want {
+				continue
+			}
+			now := time.Now().UTC().Format(time.RFC3339)
+			readyReason := ""
+			if want == corev1.ConditionFalse {
+				readyReason = "ReadinessGatesNotReady"
+			}
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q},{"type":"Ready","status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
+				g.Gate, want, reason, now, want, readyReason, now)
+			_, _ = pods.Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "lb-controller"}, "status")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/test/support/testwait"
+)
+
+// DeployHistory records every version of one Deployment the API server
+// stored (a watch from the current resourceVersion on): its
+// resourceVersion, generation, container images and annotations, and when
+// the watch delivered it.
+type DeployHistory struct {
+	Mu       sync.Mutex
+	Versions []DeployVersion
+	Seen     map[string]bool // every resourceVersion delivered, and the first
+	E        *Env
+	Name     string
+	Cancel   context.CancelFunc
+	Done     chan struct{}
+}
+
+// DeployVersion is one version of a Deployment a watch saw.
+type DeployVersion struct {
+	Rv          string
+	Generation  int64
+	Images      map[string]string
+	Annotations map[string]string
+	At          time.Time
+}
+
+// String is the version as a test failure prints it.
+func (v DeployVersion) String() string {
+	return fmt.Sprintf("rv %s gen %d %v", v.Rv, v.Generation, v.Images)
+}
+
+// WatchDeployment records every version of Deployment name from now on,
+// until Stop or the end of the test.
+func (e *Env) WatchDeployment(name string) *DeployHistory {
+	e.T.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &DeployHistory{Cancel: cancel, Done: make(chan struct{}), E: e, Name: name}
+	rv := e.Deployment(name).ResourceVersion
+	h.Seen = map[string]bool{rv: true}
+	w, err := e.C.Client.AppsV1().Deployments(e.NS).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + name, ResourceVersion: rv,
+	})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	go func() {
+		defer close(h.Done)
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if d, ok := ev.Object.(*appsv1.Deployment); ok {
+				h.Mu.Lock()
+				h.Versions = append(h.Versions, DeployVersion{d.ResourceVersion, d.Generation, WhImages(d), d.Annotations, time.Now()})
+				h.Seen[d.ResourceVersion] = true
+				h.Mu.Unlock()
+			}
+		}
+	}()
+	e.T.Cleanup(h.Stop)
+	return h
+}
+
+// Take returns every version seen so far (once the watch delivered the
+// one the API server holds now) and forgets them.
+func (h *DeployHistory) Take() []DeployVersion {
+	h.E.T.Helper()
+	testwait.Eventually(h.E.T, 60*time.Second, "the watch of "+h.Name+" caught up", func() bool {
+		rv := h.E.Deployment(h.Name).ResourceVersion
+		h.Mu.Lock()
+		defer h.Mu.Unlock()
+		return h.Seen[rv]
+	})
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	out := h.Versions
+	h.Versions = nil
+	return out
+}
+
+// First returns the earliest version seen so far that match accepts,
+// without forgetting any.
+func (h *DeployHistory) First(match func(DeployVersion) bool) (DeployVersion, bool) {
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	for _, v := range h.Versions {
+		if match(v) {
+			return v, true
+		}
+	}
+	return DeployVersion{}, false
+}
+
+// Stop ends the watch.
+func (h *DeployHistory) Stop() {
+	h.Cancel()
+	<-h.Done
+}
