@@ -14,6 +14,8 @@
 //	gate.go      the group's gate: settled guard and lockout (R4, R12)
 //	running.go   what the pods run (N1)
 //	suspend.go   an operator's suspension (O1)
+//	verify.go    only a verified digest is recorded or rolled (V1)
+//	rollback.go  a failed digest change put back and quarantined (V2)
 package refresh
 
 import (
