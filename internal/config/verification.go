@@ -228,16 +228,7 @@ func (d *decoder) verificationPolicy(path string, n *yaml.Node, p *VerificationP
 
 // keyless decodes cosign.keyless: a list of identities.
 func (d *decoder) keyless(path string, n *yaml.Node, dst *[]KeylessIdentity) {
-	if !d.usable(path, n) || isNull(n) {
-		return
-	}
-	if n.Kind != yaml.SequenceNode {
-		d.fail(path, n, "expected a list of {issuer, subject | subjectRegExp}, got %s", describe(n))
-		return
-	}
-	for i, item := range n.Content {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		d.lines[p] = item.Line
+	d.sequence(path, n, func(p string, item *yaml.Node) {
 		var id KeylessIdentity
 		d.mapping(p, item, map[string]fieldFunc{
 			"issuer":        d.str(&id.Issuer),
@@ -245,25 +236,16 @@ func (d *decoder) keyless(path string, n *yaml.Node, dst *[]KeylessIdentity) {
 			"subjectRegExp": d.str(&id.SubjectRegExp),
 		})
 		*dst = append(*dst, id)
-	}
+	})
 }
 
 // strings decodes a list of strings; each item keeps its line.
 func (d *decoder) strings(path string, n *yaml.Node, dst *[]string) {
-	if !d.usable(path, n) || isNull(n) {
-		return
-	}
-	if n.Kind != yaml.SequenceNode {
-		d.fail(path, n, "expected a list of strings, got %s", describe(n))
-		return
-	}
-	for i, item := range n.Content {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		d.lines[p] = item.Line
+	d.sequence(path, n, func(p string, item *yaml.Node) {
 		var s string
 		d.str(&s)(p, item)
 		*dst = append(*dst, s)
-	}
+	})
 }
 
 // policyPath names a field of verification[i] with the policy's name, so
