@@ -187,15 +187,19 @@ func (c *common) records(ctx context.Context, cfg *config.Config, groups []strin
 		if c.now != nil {
 			now = c.now
 		}
-		if s := refresh.SuspensionOf(cfg.AnnotationPrefix, obj.Annotations, obj.AnnotationManager(keys.Suspend()), now()); s != nil {
-			suspend(name, s.Describe())
-		}
-		// The current records: the copy's, when a rollback rewound the
-		// anchor's (R25).
+		// The current records and suspension: the copy's, when a rollback
+		// rewound the anchor's (R25).
 		view, err := (&statestore.Store{Prefix: cfg.AnnotationPrefix, Kube: kube, Workloads: wl, Timeout: cfg.APITimeout}).Read(ctx, obj)
 		if err != nil {
 			unread[name] = err.Error()
 			continue
+		}
+		by := obj.AnnotationManager(keys.Suspend())
+		if by == workload.FieldManager || view.Rewound {
+			by = "" // P/suspended-by says who (R25)
+		}
+		if s := refresh.SuspensionOf(cfg.AnnotationPrefix, view.State, by, now()); s != nil {
+			suspend(name, s.Describe())
 		}
 		for _, img := range g.Images {
 			if d := view.State[keys.Record(img.Name)]; d != "" {

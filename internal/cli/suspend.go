@@ -64,8 +64,11 @@ digests, revert re-pins, the webhook's and render's pins — until
 so that a deliberate rollback (kubectl rollout undo) stays where you put it.
 Records and findings still update, and status says suspended, by whom, why
 and until when. It writes the annotation P/suspend (true, or the RFC 3339
-end) and P/suspend-reason on the group's anchor, which a GitOps repository
-can hold instead. A suspension without an end becomes a finding after 24 h.`,
+end) and P/suspend-reason on the group's anchor, and in the copy of the
+group's state that a rollback cannot reach: a rollout undo after suspend
+does not take the suspension off. A GitOps repository can hold the
+annotations instead. A suspension without an end becomes a finding after
+24 h.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group == "" {
@@ -100,7 +103,10 @@ can hold instead. A suspension without an end becomes a finding after 24 h.`,
 				return err
 			}
 			keys := state.Keys{Prefix: cfg.AnnotationPrefix}
-			set := map[string]*string{keys.Suspend(): &value, keys.SuspendReason(): nil}
+			by := workload.SuspendFieldManager
+			// P/suspended-by names who in the copy too: a rollback before
+			// the next pass cannot lose it (R25).
+			set := map[string]*string{keys.Suspend(): &value, keys.SuspendReason(): nil, keys.SuspendedBy(): &by}
 			if reason != "" {
 				set[keys.SuspendReason()] = &reason
 			}
@@ -132,7 +138,7 @@ func newResume(o *options) *cobra.Command {
 		Use:   "resume [--config FILE] [--kubeconfig FILE] --group NAME",
 		Short: "End a group's suspension: image-refresh writes to its targets again (O1)",
 		Long: `resume removes the annotations P/suspend and P/suspend-reason from the group's
-anchor. ` + "`run`" + ` acts at once (the removal starts a pass); a tick acts on its next run.`,
+anchor and from the copy of its state. ` + "`run`" + ` acts at once (the removal starts a pass); a tick acts on its next run.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group == "" {
@@ -147,7 +153,13 @@ anchor. ` + "`run`" + ` acts at once (the removal starts a pass); a tick acts on
 			if err != nil {
 				return fmt.Errorf("resume group %s: %w", group, err)
 			}
-			if _, ok := obj.Annotations[keys.Suspend()]; !ok {
+			// The current state: a rollback may have taken the suspension
+			// off the anchor, not out of its copy (R25).
+			view, err := r.States().Read(cmd.Context(), obj)
+			if err != nil {
+				return fmt.Errorf("resume group %s: %w", group, err)
+			}
+			if _, ok := view.State[keys.Suspend()]; !ok {
 				fmt.Fprintf(cmd.OutOrStdout(), "group %s is not suspended; nothing to do\n", group)
 				return nil
 			}
@@ -161,10 +173,11 @@ anchor. ` + "`run`" + ` acts at once (the removal starts a pass); a tick acts on
 	return cmd
 }
 
-// writeSuspension writes the suspension annotations on g's anchor as the
+// writeSuspension writes the suspension on g's anchor and in the copy of
+// its state (R25: a later `rollout undo` cannot take it off) as the
 // suspend field manager, records a Normal Event and prints msg.
 func (c *common) writeSuspension(ctx context.Context, r *pass.Runner, g config.Group, set map[string]*string, reason, msg string, cmd *cobra.Command) error {
-	obj, err := r.Workloads.SetOperatorAnnotations(ctx, anchorRef(g), set, workload.SuspendFieldManager)
+	obj, err := r.States().UpdateAs(ctx, anchorRef(g), workload.SuspendFieldManager, nil, set)
 	if err != nil {
 		return fmt.Errorf("%s group %s: %w", cmd.Name(), g.Name, err)
 	}

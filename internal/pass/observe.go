@@ -183,7 +183,12 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			}
 		}
 		if sk := (state.Keys{Prefix: r.Config.AnnotationPrefix}).Suspend(); obs.Anchor[sk] != "" {
-			obs.SuspendedBy = a.AnnotationManager(sk) // O1: who suspended it
+			// O1: who suspended it; not image-refresh, which only puts a
+			// suspension a rollback took off back, nor the writer of a
+			// rewound anchor (R25): P/suspended-by says who then.
+			if by := a.AnnotationManager(sk); by != workload.FieldManager && !view.Rewound {
+				obs.SuspendedBy = by
+			}
 		}
 	} else {
 		obs.AnchorErr = obs.Workloads[g.Anchor].Err

@@ -157,7 +157,9 @@ type Observation struct {
 	// passes that re-read one cached failure.
 	CountedAsks map[string]uint64
 	// SuspendedBy is the field manager of the anchor's P/suspend
-	// annotation (O1), "" when none or unknown.
+	// annotation (O1), "" when none, unknown, or image-refresh's own (a
+	// pass that put a suspension back after a rollback, R25: P/suspended-by
+	// then says who).
 	SuspendedBy string
 	// Platforms maps an expected digest that is an image index to its
 	// platform manifests' digests: a pod of a multi-arch pin reports one.

@@ -79,6 +79,9 @@ func SuspensionOf(prefix string, anchor map[string]string, by string, now time.T
 	if !on || (err == nil && !until.IsZero() && !now.Before(until)) {
 		return nil
 	}
+	if by == "" {
+		by = anchor[keys.SuspendedBy()] // as a pass first saw it (R25)
+	}
 	s := &Suspension{Until: until, Reason: anchor[keys.SuspendReason()], By: by, Invalid: err}
 	if since, err := time.Parse(time.RFC3339, anchor[keys.SuspendedSince()]); err == nil {
 		s.Since = since
@@ -94,9 +97,12 @@ func SuspensionOf(prefix string, anchor map[string]string, by string, now time.T
 // suspended-since mark goes with one INFO line.
 func (d *decision) suspend() {
 	s := SuspensionOf(d.s.Prefix, d.ann, d.obs.SuspendedBy, d.now())
-	sinceKey := d.keys.SuspendedSince()
+	sinceKey, byKey := d.keys.SuspendedSince(), d.keys.SuspendedBy()
 	since, marked := d.value(sinceKey)
 	if s == nil {
+		if _, ok := d.value(byKey); ok {
+			d.p.Bookkeeping.set(byKey, nil, d.ann)
+		}
 		if marked {
 			d.p.Bookkeeping.set(sinceKey, nil, d.ann)
 			d.find(Finding{Severity: SeverityInfo, Once: "suspension-ended", Message: fmt.Sprintf(
@@ -109,6 +115,9 @@ func (d *decision) suspend() {
 		if !marked || since != s.Since.Format(time.RFC3339) {
 			d.p.Bookkeeping.set(sinceKey, ptr(s.Since.Format(time.RFC3339)), d.ann)
 		}
+	}
+	if by, _ := d.value(byKey); d.obs.SuspendedBy != "" && by != d.obs.SuspendedBy {
+		d.p.Bookkeeping.set(byKey, ptr(d.obs.SuspendedBy), d.ann)
 	}
 	d.p.Suspended = s
 	resume := d.resume()

@@ -44,7 +44,7 @@ func TestDecide_O1_ASuspendedGroupGetsNoWriteToItsTargets(t *testing.T) {
 			want: want{
 				rows:        held,
 				findings:    []string{"group: INFO - benign"},
-				bookkeeping: kv{since: nowText},
+				bookkeeping: kv{since: nowText, k.SuspendedBy(): "kubectl-annotate"},
 			},
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "row", p.Rows[0].Message, "suspended by kubectl-annotate until resumed: rolled back by hand, INC-42")
@@ -54,6 +54,14 @@ func TestDecide_O1_ASuspendedGroupGetsNoWriteToItsTargets(t *testing.T) {
 				if p.Suspended == nil || !p.Suspended.Until.IsZero() || p.Suspended.By != "kubectl-annotate" {
 					t.Errorf("Plan.Suspended = %+v, want until resumed by kubectl-annotate", p.Suspended)
 				}
+			},
+		},
+		"put back after a rollback took it off (R25): image-refresh wrote P/suspend, P/suspended-by still says who": {
+			settings: []settingsOpt{atSuspendNow},
+			obs:      newDigest(map[string]string{sus: "true", reason: "INC-77", since: hoursAgo(1), k.SuspendedBy(): "image-refresh-suspend"}),
+			want:     want{rows: held, findings: []string{"group: INFO - benign"}},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "row", p.Rows[0].Message, "suspended by image-refresh-suspend until resumed: INC-77")
 			},
 		},
 		"suspended until a time: a revert is not re-pinned either": {
@@ -85,11 +93,11 @@ func TestDecide_O1_ASuspendedGroupGetsNoWriteToItsTargets(t *testing.T) {
 		},
 		"resumed (the annotation removed): the mark goes and the digest rolls": {
 			settings: []settingsOpt{atSuspendNow},
-			obs:      newDigest(map[string]string{since: hoursAgo(2)}),
+			obs:      newDigest(map[string]string{since: hoursAgo(2), k.SuspendedBy(): "kubectl-annotate"}),
 			want: want{
 				rows:        []string{"api web/api: drifted", "api agent/monitor: drifted"},
 				findings:    []string{"group: INFO - benign"},
-				bookkeeping: kv{since: deleted},
+				bookkeeping: kv{since: deleted, k.SuspendedBy(): deleted},
 				repin:       rolls,
 			},
 		},

@@ -19,8 +19,8 @@ import (
 
 // Copied reports whether annotation is a key of the group's state that the
 // copy keeps: a key under the prefix that image-refresh writes (ScopeGroup,
-// ScopeImage, ScopeMarker), never one the operator writes, and not the
-// generation, which the copy keeps apart.
+// ScopeImage, ScopeMarker) or an operator's key marked Kept (the
+// suspension, O1), and not the generation, which the copy keeps apart.
 func (k Keys) Copied(annotation string) bool {
 	name, ok := strings.CutPrefix(annotation, k.Prefix+"/")
 	if !ok || name == table[generation].Name {
@@ -35,6 +35,10 @@ func copiedName(name string) bool {
 		switch e.Scope {
 		case ScopeGroup, ScopeMarker:
 			if name == e.Name {
+				return true
+			}
+		case ScopeOperator:
+			if e.Kept && name == e.Name {
 				return true
 			}
 		case ScopeImage:

@@ -37,6 +37,29 @@ func TestCurrent_R25_TheCopyWithTheHigherGenerationIsCurrent(t *testing.T) {
 			},
 		},
 		{
+			name:   "O1: the undo took the suspension off the anchor; the copy's suspension holds",
+			anchor: map[string]string{"p/state-generation": "3", "p/last-refreshed-api-digest": "sha256:a"},
+			copied: Copy{Present: true, Generation: 7, Values: map[string]string{
+				"p/last-refreshed-api-digest": "sha256:b", "p/suspend": "true", "p/suspend-reason": "INC-77", "p/suspended-by": "image-refresh-suspend"}},
+			wantRewound: true, wantNext: 8,
+			want: map[string]string{"p/last-refreshed-api-digest": "sha256:b", "p/suspend": "true", "p/suspend-reason": "INC-77",
+				"p/suspended-by": "image-refresh-suspend", "p/state-generation": "7"},
+		},
+		{
+			name:        "O1: the undo brought back a suspension that a resume since ended; the copy's no suspension holds",
+			anchor:      map[string]string{"p/state-generation": "3", "p/suspend": "true", "p/last-refreshed-api-digest": "sha256:a"},
+			copied:      Copy{Present: true, Generation: 7, Values: map[string]string{"p/last-refreshed-api-digest": "sha256:b"}},
+			wantRewound: true, wantNext: 8,
+			want: map[string]string{"p/last-refreshed-api-digest": "sha256:b", "p/state-generation": "7"},
+		},
+		{
+			name:     "O1: the suspension taken off a current anchor by hand: the removal stands (a resume)",
+			anchor:   map[string]string{"p/state-generation": "7", "p/last-refreshed-api-digest": "sha256:b"},
+			copied:   Copy{Present: true, Generation: 7, Values: map[string]string{"p/last-refreshed-api-digest": "sha256:b", "p/suspend": "true"}},
+			wantNext: 8,
+			want:     map[string]string{"p/state-generation": "7", "p/last-refreshed-api-digest": "sha256:b"},
+		},
+		{
 			name:   "an installation from before the copies (no copy): the anchor stands",
 			anchor: map[string]string{"p/last-refreshed-api-digest": "sha256:a", "p/refresh-attempt": "2"},
 			want:   map[string]string{"p/last-refreshed-api-digest": "sha256:a", "p/refresh-attempt": "2"}, wantNext: 1,
@@ -122,13 +145,16 @@ func TestPatch_R25_RestoresARewoundAnchorInTheSameWrite(t *testing.T) {
 	}
 }
 
-func TestCopied_R25_OnlyTheKeysImageRefreshWritesAreCopied(t *testing.T) {
+func TestCopied_R25_O1_TheKeysImageRefreshWritesAndTheSuspensionAreCopied(t *testing.T) {
 	k := Keys{Prefix: "p"}
 	for key, want := range map[string]bool{
 		"p/last-refreshed-api-digest": true, "p/refresh-attempt": true, "p/refresh-attempt-holder": true,
 		"p/digest-changes-api": true, "p/locked-on-api": true, "p/first-seen-api": true, "p/discovered-group": true,
 		"p/state-generation": false,                                                 // kept apart
 		"p/enabled":          false, "p/group": false, "p/ignore-containers": false, // the operator's
+		"p/on-failed-rollout": false,
+		"p/suspend":           true, "p/suspend-reason": true, // the operator's, Kept: a suspension outlives the undo it was set for (O1)
+		"p/suspended-since": true, "p/suspended-by": true,
 		"p/last-refreshed--digest": false, "q/refresh-attempt": false, "refresh-attempt": false, "p/something-else": false,
 	} {
 		if got := k.Copied(key); got != want {

@@ -29,9 +29,10 @@ const (
 	ScopeMarker
 	// ScopeOperator: a label or annotation the operator writes on
 	// workloads and namespaces (discovery's, D1; an anchor's suspension,
-	// O1); a pass never writes or removes it, and letting a workload go
-	// keeps it. Only the operator's own commands (suspend, resume) write
-	// the suspension.
+	// O1); a pass never decides it, and letting a workload go keeps it.
+	// Only the operator (by hand, GitOps, or the suspend and resume
+	// commands) sets or removes the suspension; a pass puts it back only
+	// when a rollback took it off the anchor (Key.Kept, R25).
 	ScopeOperator
 )
 
@@ -43,6 +44,11 @@ type Key struct {
 	// Rearm: `image-refresh rearm` deletes it (R18; R21's hold and R23's
 	// quarantine end with the lockout).
 	Rearm bool
+	// Kept: an operator's key that the copy of the state keeps all the
+	// same (R25 with O1): a suspension must survive the `rollout undo` it
+	// was set for, which puts the annotations of a ReplicaSet made before
+	// it back on the anchor.
+	Kept bool
 }
 
 // key names an entry of the table.
@@ -65,6 +71,7 @@ const (
 	rolledBack
 	tagFlapping
 	suspendedSince
+	suspendedBy
 	generation
 	discoveredGroup
 	enabled
@@ -95,14 +102,15 @@ var table = [...]Key{
 	rolledBack:       {Name: "rolled-back-<image>", Scope: ScopeImage, Rearm: true},
 	tagFlapping:      {Name: "tag-flapping-<image>", Scope: ScopeImage, Rearm: true},
 	suspendedSince:   {Name: "suspended-since", Scope: ScopeGroup},
+	suspendedBy:      {Name: "suspended-by", Scope: ScopeGroup},
 	generation:       {Name: "state-generation", Scope: ScopeGroup},
 	discoveredGroup:  {Name: "discovered-group", Scope: ScopeMarker},
 	enabled:          {Name: "enabled", Scope: ScopeOperator},
 	discoveryGroup:   {Name: "group", Scope: ScopeOperator},
 	ignoreContainers: {Name: "ignore-containers", Scope: ScopeOperator},
 	onFailedRollout:  {Name: "on-failed-rollout", Scope: ScopeOperator},
-	suspend:          {Name: "suspend", Scope: ScopeOperator},
-	suspendReason:    {Name: "suspend-reason", Scope: ScopeOperator},
+	suspend:          {Name: "suspend", Scope: ScopeOperator, Kept: true},
+	suspendReason:    {Name: "suspend-reason", Scope: ScopeOperator, Kept: true},
 }
 
 // Table returns every key under the prefix, in the table's order.
@@ -215,6 +223,12 @@ func (k Keys) SuspendReason() string { return k.key(suspendReason) }
 // RFC 3339 UTC time: a suspension without an end becomes a finding 24
 // hours later. A pass deletes it once the suspension ended.
 func (k Keys) SuspendedSince() string { return k.key(suspendedSince) }
+
+// SuspendedBy is the field manager that set P/suspend, as a pass first
+// saw it (O1): who suspended the group still reads right after a pass
+// put a suspension that a rollback took off back on the anchor (R25),
+// which makes image-refresh the annotation's manager.
+func (k Keys) SuspendedBy() string { return k.key(suspendedBy) }
 
 // Generation numbers the writes of the group's state: every write of
 // image-refresh sets it, on the anchor and in the state's copy, above the

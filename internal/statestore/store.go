@@ -167,13 +167,22 @@ func (s *Store) get(ctx context.Context, namespace, name string) (*corev1.Config
 // writes the copy again. Update with no expect and no set restores a
 // rewound anchor.
 func (s *Store) Update(ctx context.Context, ref workload.Ref, expect, set map[string]*string) (*workload.Object, error) {
+	return s.UpdateAs(ctx, ref, workload.FieldManager, expect, set)
+}
+
+// UpdateAs is Update written to the anchor as field manager manager: the
+// suspend and resume commands write the operator's suspension (O1) through
+// the store, so that it lands on the current state (also on an anchor a
+// rollback just rewound) and in the copy, which a later rollback cannot
+// reach (R25).
+func (s *Store) UpdateAs(ctx context.Context, ref workload.Ref, manager string, expect, set map[string]*string) (*workload.Object, error) {
 	keys := s.keys()
 	var (
 		cm   *corev1.ConfigMap // the copy as read for the write that landed
 		next map[string]string
 		gen  uint64
 	)
-	out, err := s.Workloads.UpdateAnnotationsWith(ctx, ref, func(obj *workload.Object) (map[string]*string, error) {
+	out, err := s.Workloads.UpdateAnnotationsAs(ctx, ref, manager, func(obj *workload.Object) (map[string]*string, error) {
 		c, err := s.get(ctx, ref.Namespace, Name(ref))
 		if apierrors.IsNotFound(err) {
 			c, err = nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,9 @@ type Handler struct {
 	maxBody     int64 // MaxReviewBytes
 	// now is the clock a suspension's end is read on (O1).
 	now func() time.Time
+	// suspendedSaid maps a group to the suspension its last INFO line
+	// named: one line per suspension, not one per admitted write (O1).
+	suspendedSaid sync.Map
 }
 
 // NewHandler builds the handler for a validated config. ready reports
@@ -175,11 +179,19 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 				anchors[b.group.Name] = ann
 			}
 			if s := refresh.SuspensionOf(h.prefix, ann, "", h.now()); s != nil {
-				// O1: a suspended group's targets are written as sent.
-				h.log.Info("admission: group suspended, left as sent (O1)", "group", b.group.Name, "image", b.image.Name,
+				// O1: a suspended group's targets are written as sent; said
+				// at INFO once per suspension, then at DEBUG.
+				// One suspension: one P/suspend value and reason (its
+				// description also names who once a pass has seen it).
+				level, which := slog.LevelDebug, ann[keys.Suspend()]+"\x00"+ann[keys.SuspendReason()]
+				if said, _ := h.suspendedSaid.Swap(b.group.Name, which); said != which {
+					level = slog.LevelInfo
+				}
+				h.log.Log(ctx, level, "admission: group suspended, left as sent (O1); later writes while it lasts are logged at DEBUG", "group", b.group.Name, "image", b.image.Name,
 					"target", t.String(), "suspension", s.Describe())
 				continue
 			}
+			h.suspendedSaid.Delete(b.group.Name)
 			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], discovery.PinFormat(b.group, h.format)); ok {
 				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, Index: i, From: c.Image, To: to})
 				break

@@ -1,14 +1,8 @@
 package workload
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // AnnotationManager returns the field manager that last wrote the
@@ -51,38 +45,3 @@ func (o *Object) AnnotationManager(key string) string {
 // `resume` (O1): the suspension is the operator's write, not a pass's, and
 // status names its writer from managedFields.
 const SuspendFieldManager = "image-refresh-suspend"
-
-// SetOperatorAnnotations writes the operator's annotations set (nil:
-// delete) on ref as field manager manager, a JSON merge patch carrying the
-// resourceVersion read, retried on 409 Conflict like UpdateAnnotations. It
-// touches only metadata.annotations.
-func (c *Client) SetOperatorAnnotations(ctx context.Context, ref Ref, set map[string]*string, manager string) (*Object, error) {
-	if err := ref.validate(); err != nil {
-		return nil, err
-	}
-	k, _ := LookupKind(ref.Kind)
-	for retry := 0; ; retry++ {
-		obj, err := c.read(ctx, ref)
-		if err != nil {
-			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
-		}
-		if !changes(obj.Annotations, set) {
-			return obj, nil
-		}
-		data, err := annotationPatch(obj.ResourceVersion, set)
-		if err != nil {
-			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
-		}
-		callCtx, cancel := c.bounded(ctx)
-		out, err := k.patch(callCtx, c.kube, ref.Namespace, ref.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: manager})
-		cancel()
-		switch {
-		case err == nil:
-			return FromObject(out), nil
-		case !apierrors.IsConflict(err):
-			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
-		case retry == conflictRetries:
-			return nil, fmt.Errorf("update annotations of %s: still conflicting after %d retries: %w", ref, conflictRetries, err)
-		}
-	}
-}

@@ -49,6 +49,14 @@ func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map
 // nothing is written. internal/statestore decides on the state chosen
 // between the anchor and its copy (R25).
 func (c *Client) UpdateAnnotationsWith(ctx context.Context, ref Ref, decide func(*Object) (map[string]*string, error)) (*Object, error) {
+	return c.UpdateAnnotationsAs(ctx, ref, FieldManager, decide)
+}
+
+// UpdateAnnotationsAs is UpdateAnnotationsWith written as field manager
+// manager: the suspend and resume commands write the operator's
+// suspension (O1) under their own (SuspendFieldManager), which status
+// names.
+func (c *Client) UpdateAnnotationsAs(ctx context.Context, ref Ref, manager string, decide func(*Object) (map[string]*string, error)) (*Object, error) {
 	if err := ref.validate(); err != nil {
 		return nil, err
 	}
@@ -56,12 +64,12 @@ func (c *Client) UpdateAnnotationsWith(ctx context.Context, ref Ref, decide func
 	if err != nil {
 		return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
 	}
-	return c.updateFrom(ctx, obj, decide)
+	return c.updateFrom(ctx, obj, manager, decide)
 }
 
 // updateAnnotationsFrom runs the compare-and-swap starting from a snapshot.
 func (c *Client) updateAnnotationsFrom(ctx context.Context, obj *Object, expect, set map[string]*string) (*Object, error) {
-	return c.updateFrom(ctx, obj, func(obj *Object) (map[string]*string, error) {
+	return c.updateFrom(ctx, obj, FieldManager, func(obj *Object) (map[string]*string, error) {
 		if err := CheckExpected(obj.Annotations, expect); err != nil {
 			return nil, err
 		}
@@ -70,7 +78,7 @@ func (c *Client) updateAnnotationsFrom(ctx context.Context, obj *Object, expect,
 }
 
 // updateFrom runs UpdateAnnotationsWith's loop starting from a snapshot.
-func (c *Client) updateFrom(ctx context.Context, obj *Object, decide func(*Object) (map[string]*string, error)) (*Object, error) {
+func (c *Client) updateFrom(ctx context.Context, obj *Object, manager string, decide func(*Object) (map[string]*string, error)) (*Object, error) {
 	ref := obj.Ref
 	for retry := 0; ; retry++ {
 		set, err := decide(obj)
@@ -84,7 +92,7 @@ func (c *Client) updateFrom(ctx context.Context, obj *Object, decide func(*Objec
 		if err != nil {
 			return nil, fmt.Errorf("update annotations of %s: %w", ref, err)
 		}
-		out, err := c.patch(ctx, ref, types.MergePatchType, data)
+		out, err := c.patchAs(ctx, ref, types.MergePatchType, data, manager)
 		switch {
 		case err == nil:
 			c.bumped(obj, out)

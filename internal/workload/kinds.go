@@ -240,10 +240,14 @@ func (c *Client) read(ctx context.Context, ref Ref) (*Object, error) {
 
 // patch writes with FieldManager (R17) and returns the object as written.
 func (c *Client) patch(ctx context.Context, ref Ref, pt types.PatchType, data []byte) (*Object, error) {
+	return c.patchAs(ctx, ref, pt, data, FieldManager)
+}
+
+func (c *Client) patchAs(ctx context.Context, ref Ref, pt types.PatchType, data []byte, manager string) (*Object, error) {
 	k, _ := LookupKind(ref.Kind)
 	callCtx, cancel := c.bounded(ctx)
 	defer cancel()
-	obj, err := k.patch(callCtx, c.kube, ref.Namespace, ref.Name, pt, data, metav1.PatchOptions{FieldManager: FieldManager})
+	obj, err := k.patch(callCtx, c.kube, ref.Namespace, ref.Name, pt, data, metav1.PatchOptions{FieldManager: manager})
 	if err != nil {
 		return nil, err
 	}

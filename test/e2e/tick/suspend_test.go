@@ -62,8 +62,12 @@ func TestTick_O1_SuspendHoldsNewDigestsAndRevertsUntilResume(t *testing.T) {
 		t.Errorf("no Suspended Event naming the reason: %q", e.Events("jobs-manager"))
 	}
 
-	b := e.Push("api", "prod")
 	e.SetImageAs("helm", "Deployment", "requests-proxy", "proxy", tag) // a revert, as helm rollback writes it
+	// Its pods run the tag on A before B is pushed: pods started after the
+	// push would run B, another build than the record (running-stale),
+	// which a status row says before the suspension.
+	e.Settle("Deployment", "requests-proxy")
+	b := e.Push("api", "prod")
 	code, logs := e.Tick(cfg)
 	if code != 0 || len(e2e.LogLines(logs, "INFO", "group control-plane is suspended by image-refresh-suspend until resumed: INC-42", "held back")) != 1 {
 		t.Fatalf("suspended tick: exit %d, want 0 with one INFO line saying what is held back:\n%s", code, logs)
