@@ -111,6 +111,9 @@ func TestTick_O1_R25_ASuspensionOutlivesTheRolloutUndoItWasSetFor(t *testing.T) 
 	if an := e.Annotations("jobs-manager"); an[e.Key("suspend")] != "" || e.Image("jobs-manager", "api") != pinA {
 		t.Fatalf("setup: the undo left the suspension on the anchor (%v) or did not go back to A, so this test proves nothing", an)
 	}
+	// Settled, so that the tick would re-pin the undo were it not
+	// suspended (an unsettled group is skipped, R4).
+	e.Settle("Deployment", "jobs-manager")
 	code, logs := e.Tick(cfg)
 	if code != 0 {
 		t.Errorf("tick after the undo: exit %d, want 0", code)
