@@ -466,7 +466,9 @@ func (c *Controller) repinned(group string, wc refresh.WorkloadChange) {
 			continue
 		}
 		t := config.Target{Kind: wc.Workload.Kind, Namespace: wc.Workload.Namespace, Name: wc.Workload.Name, Container: ic.Container}
-		c.Fights.repinned(t, ic.WrittenBy(), now)
+		// The field manager, not its display name: the engine tells a
+		// GitOps tool's fight by it (O2), and it labels the fight metric.
+		c.Fights.repinned(t, ic.Writer, now)
 		if ok && c.Runner.Metrics != nil {
 			c.Runner.Metrics.RevertRepin.Observe(now.Sub(rv.seen).Seconds())
 		}

@@ -27,7 +27,8 @@ type fight struct {
 	writer string
 }
 
-// repinned records a revert re-pin of t; writer wrote the reverted value.
+// repinned records a revert re-pin of t; writer is the field manager that
+// wrote the reverted value.
 func (f *fights) repinned(t config.Target, writer string, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -27,7 +27,7 @@ const (
 	argoManager      = "argocd-controller"
 	argoCSAManager   = "argocd-application-controller"
 	ArgoTrackingID   = "argocd.argoproj.io/tracking-id"
-	ArgoInstance     = "app.kubernetes.io/instance" // Argo CD's label tracking (the default before 2.x annotation tracking)
+	ArgoInstance     = "app.kubernetes.io/instance" // Argo CD's label tracking (its default before 3.0's annotation tracking)
 	KustomizeManager = "kustomize-controller"
 	KustomizeName    = "kustomize.toolkit.fluxcd.io/name"
 	KustomizeNS      = "kustomize.toolkit.fluxcd.io/namespace"
@@ -89,9 +89,9 @@ func Identify(manager string, labels, annotations map[string]string) (w Writer, 
 		w.Tool = ArgoCD
 		if id := annotations[ArgoTrackingID]; id != "" {
 			app, _, _ := strings.Cut(id, ":")
-			w.App = "Application " + app
+			w.App = argoApp(app)
 		} else if inst := labels[ArgoInstance]; inst != "" {
-			w.App = "Application " + inst
+			w.App = argoApp(inst)
 		}
 	case manager == KustomizeManager:
 		w.Tool = FluxKusto
@@ -103,6 +103,16 @@ func Identify(manager string, labels, annotations map[string]string) (w Writer, 
 		return Writer{}, false
 	}
 	return w, true
+}
+
+// argoApp names the Argo CD Application of a tracking value: its name, or
+// "<namespace>_<name>" for an Application outside Argo CD's own namespace
+// (applications in any namespace); a Kubernetes name has no "_".
+func argoApp(instance string) string {
+	if ns, name, ok := strings.Cut(instance, "_"); ok {
+		return "Application " + ns + "/" + name
+	}
+	return "Application " + instance
 }
 
 func meta(labels, annotations map[string]string, key string) string {

@@ -18,6 +18,9 @@ func TestIdentify_O2_TheToolAndItsApplicationFromTheManagerAndTrackingMetadata(t
 		"Argo CD's client-side apply with label tracking": {
 			manager: "argocd-application-controller", labels: map[string]string{ArgoInstance: "shop"},
 			want: "Argo CD (Application shop)", setting: "IncludeMutationWebhook=true"},
+		"an Argo CD Application outside Argo CD's namespace is <namespace>_<name> in its tracking": {
+			manager: "argocd-controller", ann: map[string]string{ArgoTrackingID: "team-a_shop:apps/Deployment:shop/api"},
+			want: "Argo CD (Application team-a/shop)", setting: "in Application team-a/shop:"},
 		"Argo CD without tracking metadata still names the tool": {
 			manager: "argocd-controller", want: "Argo CD", setting: "the Application"},
 		"Flux kustomize-controller with its labels": {

@@ -34,6 +34,21 @@ func TestDecide_O2_AGitOpsRevertAndFightNameTheToolItsApplicationAndItsSetting(t
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "row message", p.Rows[0].Message, "Argo CD (Application shop), field manager argocd-controller")
 				contains(t, "WrittenBy", p.Repin.Changes[0].Images[0].WrittenBy(), "Argo CD (Application shop)")
+				// status shows the row after C5 left it alone: the tool's
+				// own setting is its fix.
+				contains(t, "row remediation", p.Rows[0].Remediation, "RespectIgnoreDifferences=true")
+			},
+		},
+		"a revert by another writer has no GitOps remediation": {
+			obs: base(),
+			want: want{rows: []string{"api web/api: drifted"}, repin: &wantRepin{
+				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)"},
+				wait:    []string{"web"}, clear: kv{k.Attempt(): deleted}}},
+			also: func(t *testing.T, p *Plan) {
+				if p.Rows[0].Remediation != "" {
+					t.Errorf("row remediation %q, want none", p.Rows[0].Remediation)
+				}
 			},
 		},
 		"a fight with Argo CD names it and its setting that ends the fight (C5)": {

@@ -132,8 +132,9 @@ type Observation struct {
 	// MirrorProof answers R3 for targets whose live repository is served by
 	// another registry than the configured one (see NeedsMirrorProof).
 	MirrorProof map[config.Target]Proof
-	// Fights names, per target, the writer that rewrote it right after each
-	// of the last re-pins (C5): such a target is left alone and reported.
+	// Fights names, per target, the field manager that rewrote it right
+	// after each of the last re-pins (C5): such a target is left alone and
+	// reported.
 	Fights map[config.Target]string
 	// SkipUncounted makes a not-settled group a skip that does not count
 	// toward maxSkipTicks (R4): the controller reconciles on every watch

@@ -120,10 +120,16 @@ func (d *decision) target(r rollTo, t config.Target) (changed bool) {
 	to := imageref.Pin(live.Repository, img.Tag, r.latest, d.s.PinFormat)
 	d.addChange(t.Workload(), ImageChange{Image: img.Name, Container: t.Container, From: c.Image, To: to, Cause: cause, Writer: c.Manager, GitOps: c.GitOps})
 	msg := fmt.Sprintf("not on the pinned digest: fresh install, or a re-render reverted the pin (image last written by %s)", writerName(c.Manager, c.GitOps))
-	if r.digestChanged {
-		msg = fmt.Sprintf("the registry moved %s:%s from %s to %s", img.Repository, img.Tag, r.recorded, r.latest)
+	rem := ""
+	if cause == CauseRevert && c.GitOps != nil {
+		// O2: the tool syncs the tag back again at its next sync; its own
+		// setting ends that.
+		rem = c.GitOps.Remediation()
 	}
-	d.row(img, t, StateDrifted, msg, "")
+	if r.digestChanged {
+		msg, rem = fmt.Sprintf("the registry moved %s:%s from %s to %s", img.Repository, img.Tag, r.recorded, r.latest), ""
+	}
+	d.row(img, t, StateDrifted, msg, rem)
 	return true
 }
 
@@ -150,8 +156,8 @@ func (d *decision) fought(img config.Image, t config.Target) bool {
 	if !fight {
 		return false
 	}
-	msg := fmt.Sprintf("the environment rewrites image references: %s rewrote %s right after each of the last re-pins; image-refresh leaves it alone", writer, t)
-	rem := fmt.Sprintf("stop %s from rewriting the image of this container (a mutating webhook or another controller), or remove the target from the config", writer)
+	msg := fmt.Sprintf("the environment rewrites image references: %s rewrote %s right after each of the last re-pins; image-refresh leaves it alone", orUnknown(writer), t)
+	rem := fmt.Sprintf("stop %s from rewriting the image of this container (a mutating webhook or another controller), or remove the target from the config", orUnknown(writer))
 	if g := d.obs.Workloads[t.Workload()].Containers[t.Container].GitOps; g != nil && g.Manager == writer {
 		// O2: a GitOps controller syncs the bare tag back; its own
 		// setting ends the fight.
