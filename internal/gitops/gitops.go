@@ -62,11 +62,11 @@ func (w Writer) String() string {
 func (w Writer) Remediation() string {
 	switch w.Tool {
 	case ArgoCD:
-		return fmt.Sprintf("in %s: add spec.ignoreDifferences for the container image (jqPathExpressions: .spec.template.spec.containers[].image) with syncOptions RespectIgnoreDifferences=true, or, with image-refresh's webhook on, the annotation argocd.argoproj.io/compare-options: ServerSideDiff=true,IncludeMutationWebhook=true (docs/gitops.md)", w.orApp("the Application"))
+		return fmt.Sprintf("in %s: add spec.ignoreDifferences for the container image (jqPathExpressions: .spec.template.spec.containers[].image) with syncOptions RespectIgnoreDifferences=true, or, with image-refresh's webhook on for the workload, the annotation argocd.argoproj.io/compare-options: ServerSideDiff=true,IncludeMutationWebhook=true (docs/gitops.md)", w.orApp("the Application"))
 	case FluxKusto:
-		return fmt.Sprintf("turn on image-refresh's admission webhook (chart webhook.enabled): %s applies with a server-side dry run first, which runs the webhook, so it sees the pinned image as no drift (docs/gitops.md)", w.orApp("the Kustomization"))
+		return fmt.Sprintf("turn on image-refresh's admission webhook for the workload (chart webhook.enabled, and its objectSelector label on the workload in Git): %s applies with a server-side dry run first, which runs the webhook, so it sees the pinned image as no drift (docs/gitops.md)", w.orApp("the Kustomization"))
 	case FluxHelm:
-		return fmt.Sprintf("turn on image-refresh's admission webhook (chart webhook.enabled), or in %s add spec.driftDetection.ignore with the JSON pointer of each pinned image (/spec/template/spec/containers/N/image, target kind Deployment) so that drift correction leaves the pin (docs/gitops.md)", w.orApp("the HelmRelease"))
+		return fmt.Sprintf("turn on image-refresh's admission webhook for the workload (chart webhook.enabled, and its objectSelector label on the workload in the chart): its drift detection runs a server-side dry run, which runs the webhook; or in %s add spec.driftDetection.ignore with the JSON pointer of each pinned image (/spec/template/spec/containers/N/image, target kind Deployment) so that drift correction leaves the pin (docs/gitops.md)", w.orApp("the HelmRelease"))
 	}
 	return ""
 }

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/running"
@@ -27,8 +28,8 @@ type gitOpsCase struct {
 // gitOpsCases are the tools of docs/gitops.md on Deployments of namespace
 // ns, each with the tracking metadata its sync puts on what it applies.
 func gitOpsCases(ns string) []gitOpsCase {
-	helm := func(jsonPatch bool) e2e.GitOpsWriter {
-		return e2e.GitOpsWriter{Manager: "helm-controller", JSONPatch: jsonPatch,
+	helm := func(patch types.PatchType) e2e.GitOpsWriter {
+		return e2e.GitOpsWriter{Manager: "helm-controller", Patch: patch,
 			Labels:      map[string]string{"helm.toolkit.fluxcd.io/name": "api", "helm.toolkit.fluxcd.io/namespace": "shop", "app.kubernetes.io/managed-by": "Helm"},
 			Annotations: map[string]string{"meta.helm.sh/release-name": "api", "meta.helm.sh/release-namespace": ns}}
 	}
@@ -37,10 +38,14 @@ func gitOpsCases(ns string) []gitOpsCase {
 			// Argo CD's annotation tracking (its default since 3.0):
 			// <app>:<group>/<kind>:<namespace>/<name>.
 			writer: e2e.GitOpsWriter{Manager: "argocd-controller", Annotations: map[string]string{"argocd.argoproj.io/tracking-id": "shop:apps/Deployment:" + ns + "/argo"}}},
+		{deploy: "argo-csa", names: "Argo CD (Application shop)", setting: "IncludeMutationWebhook=true",
+			// Argo CD's client-side apply (no ServerSideApply=true) with
+			// label tracking.
+			writer: e2e.GitOpsWriter{Manager: "argocd-controller", Patch: types.StrategicMergePatchType, Labels: map[string]string{"app.kubernetes.io/instance": "shop"}}},
 		{deploy: "kustomized", names: "Flux kustomize-controller (Kustomization flux-system/apps)", setting: "server-side dry run",
 			writer: e2e.GitOpsWriter{Manager: "kustomize-controller", Labels: map[string]string{"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}}},
-		{deploy: "released", names: "Flux helm-controller (HelmRelease shop/api)", setting: "driftDetection.ignore", writer: helm(false)},
-		{deploy: "corrected", names: "Flux helm-controller (HelmRelease shop/api)", setting: "driftDetection.ignore", writer: helm(true)},
+		{deploy: "released", names: "Flux helm-controller (HelmRelease shop/api)", setting: "driftDetection.ignore", writer: helm("")},
+		{deploy: "corrected", names: "Flux helm-controller (HelmRelease shop/api)", setting: "driftDetection.ignore", writer: helm(types.JSONPatchType)},
 	}
 }
 
@@ -147,6 +152,7 @@ func TestRun_O2_C5_GitOpsRevertsNameTheToolAndTheFightEndsWithItsOwnSetting(t *t
 	if code != 0 {
 		t.Fatalf("status exit %d:\n%s\n%s", code, out, errOut)
 	}
+	t.Logf("status -o wide:\n%s", out)
 	flat := strings.Join(strings.Fields(out), " ")
 	for _, c := range cases {
 		if got := e.Image(c.deploy, "app"); got != tag {

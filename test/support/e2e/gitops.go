@@ -17,13 +17,16 @@ import (
 // `kubectl apply --server-side --force-conflicts` with the manager
 // "argocd-controller"; Flux's kustomize-controller and helm-controller (Helm
 // 4's server-side apply) apply through fluxcd/pkg/ssa with ForceOwnership.
-// JSONPatch is helm-controller's drift correction instead: a JSON patch of
-// the fields that drifted, with the same field manager.
+// Patch, when set, is how the tool writes a revert instead of that apply,
+// with the same field manager: types.JSONPatchType for helm-controller's
+// drift correction (a JSON patch of the fields that drifted),
+// types.StrategicMergePatchType for Argo CD's client-side apply (kubectl's
+// three-way merge patch, which gitops-engine runs with Argo CD's manager).
 type GitOpsWriter struct {
 	Manager     string
 	Labels      map[string]string
 	Annotations map[string]string
-	JSONPatch   bool
+	Patch       types.PatchType
 }
 
 // GitOpsManifest is the apply configuration of Deployment name with one
@@ -74,14 +77,21 @@ func (e *Env) GitOpsApply(w GitOpsWriter, name string, containers [][2]string, d
 }
 
 // GitOpsRevert puts the image of container (index i) of Deployment name
-// back to image as w syncs it: w's apply of the whole manifest, or, for
-// helm-controller's drift correction, its JSON patch of the one field.
+// back to image as w syncs it: w's apply of the whole manifest, or w's
+// patch of the one field.
 func (e *Env) GitOpsRevert(w GitOpsWriter, name string, i int, container, image string) error {
-	if !w.JSONPatch {
+	var patch string
+	switch w.Patch {
+	case "":
 		_, err := e.GitOpsApply(w, name, [][2]string{{container, image}}, false)
 		return err
+	case types.JSONPatchType:
+		patch = fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/containers/%d/image","value":%q}]`, i, image)
+	case types.StrategicMergePatchType:
+		patch = fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":%q}]}}}}`, container, image)
+	default:
+		return fmt.Errorf("GitOpsRevert: patch type %s", w.Patch)
 	}
-	patch := fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/containers/%d/image","value":%q}]`, i, image)
-	_, err := e.C.Client.AppsV1().Deployments(e.NS).Patch(context.Background(), name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{FieldManager: w.Manager})
+	_, err := e.C.Client.AppsV1().Deployments(e.NS).Patch(context.Background(), name, w.Patch, []byte(patch), metav1.PatchOptions{FieldManager: w.Manager})
 	return err
 }
