@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"testing"
 	"time"
+
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // Request is one request the server received, for accounting in tests.
@@ -69,6 +72,30 @@ func (s *Server) ResetRequests() {
 	defer s.mu.Unlock()
 	s.requests = nil
 	s.gen++
+	s.changedLocked()
+}
+
+// Changed returns a channel that is closed the next time what Requests
+// returns changes: a request arrives, is answered, or ResetRequests
+// forgets them. Await waits on it.
+func (s *Server) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// Await waits until cond (a check of Count or Requests) holds, checking
+// it again on every change of the request list: the server's own signal,
+// not a poll; the test's deadline bounds a hang.
+func (s *Server) Await(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	testwait.Until(t, what, s.Changed, cond)
+}
+
+// changedLocked wakes the waiters of Changed; s.mu is held.
+func (s *Server) changedLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // ServeHTTP records the request on arrival (so Count is exact as soon as the
@@ -77,6 +104,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s.mu.Lock()
 	i, gen := len(s.requests), s.gen
 	s.requests = append(s.requests, Request{Method: req.Method, Path: req.URL.Path})
+	s.changedLocked()
 	fault := s.fault
 	s.mu.Unlock()
 
@@ -86,6 +114,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		defer s.mu.Unlock()
 		if gen == s.gen {
 			s.requests[i].Status = sw.status
+			s.changedLocked()
 		}
 	}()
 

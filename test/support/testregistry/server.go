@@ -43,7 +43,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests []Request
-	gen      int // bumped by ResetRequests, so a late status lands in the right list
+	gen      int           // bumped by ResetRequests, so a late status lands in the right list
+	changed  chan struct{} // closed and replaced when requests changes (Changed)
 	fault    *Fault
 
 	srv    *http.Server
@@ -71,7 +72,7 @@ func WithReferrers() Option {
 
 // New returns a server that is not started yet.
 func New(opts ...Option) *Server {
-	s := &Server{closed: make(chan struct{})}
+	s := &Server{closed: make(chan struct{}), changed: make(chan struct{})}
 	s.Store = newContent(s)
 	for _, o := range opts {
 		o(s)

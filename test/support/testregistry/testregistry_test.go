@@ -6,10 +6,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 const manifestAccept = "application/vnd.docker.distribution.manifest.v2+json," +
@@ -218,19 +221,12 @@ func TestFaultHangUntilClientCancelsOrServerCloses(t *testing.T) {
 		_, err := http.Head(manifestURL(s, "acme/api", "prod"))
 		errc <- err
 	}()
-	for s.Count("HEAD", "/manifests/prod") < 2 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	s.Await(t, "the second HEAD to arrive", func() bool { return s.Count("HEAD", "/manifests/prod") >= 2 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-errc:
-		if err == nil {
-			t.Error("request hanging at Close got an answer")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not release a hanging request")
+	if err := testwait.Recv(t, errc, "Close to release a hanging request"); err == nil {
+		t.Error("request hanging at Close got an answer")
 	}
 }
 
@@ -238,13 +234,10 @@ func TestFaultHangUntilClientCancelsOrServerCloses(t *testing.T) {
 // cancelled one keeps status 0).
 func waitForStatus(t *testing.T, s *Server, want int) {
 	t.Helper()
-	for i := 0; i < 100; i++ {
-		if r := s.Requests(); len(r) == 1 && r[0].Status == want {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Errorf("Requests() = %+v, want one with status %d", s.Requests(), want)
+	s.Await(t, fmt.Sprintf("one request answered with status %d", want), func() bool {
+		r := s.Requests()
+		return len(r) == 1 && r[0].Status == want
+	})
 }
 
 func TestBasicAuth(t *testing.T) {

@@ -33,6 +33,23 @@ func Recv[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
+// Until waits until cond holds, checking it first and again each time the
+// channel changed returns is closed: changed is called before each check,
+// so a change between the check and the wait is not lost. It is for a
+// condition on state whose owner announces each change (a watch, a server
+// that counts requests): no poll and no window; the test's deadline bounds
+// a hang, and the failure names what.
+func Until(t testing.TB, what string, changed func() <-chan struct{}, cond func() bool) {
+	t.Helper()
+	for {
+		ch := changed()
+		if cond() {
+			return
+		}
+		Recv(t, ch, what)
+	}
+}
+
 func deadline(t testing.TB) (time.Time, bool) {
 	dt, ok := t.(interface{ Deadline() (time.Time, bool) })
 	if !ok {
