@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/image-refresh/image-refresh/internal/config"
@@ -28,7 +29,7 @@ func img(repo, tag, name string) config.Image {
 // came due and waits again, so that every count after it is exact.
 func fakeRun(t *testing.T, p *Poller) func(d time.Duration) {
 	t.Helper()
-	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
+	clk := newSignalClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
 	p.Clock = clk
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -36,11 +37,7 @@ func fakeRun(t *testing.T, p *Poller) func(d time.Duration) {
 	t.Cleanup(func() { cancel(); <-done })
 	waiting := func() {
 		t.Helper()
-		for start := time.Now(); clk.Waiters() != 1; time.Sleep(time.Millisecond) {
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("the poller is not waiting on its clock (%d waiters)", clk.Waiters())
-			}
-		}
+		testwait.Until(t, "the poller to wait on its clock", clk.changed, func() bool { return clk.Waiters() == 1 })
 	}
 	waiting() // the first polls are done
 	return func(d time.Duration) {
@@ -52,6 +49,50 @@ func fakeRun(t *testing.T, p *Poller) func(d time.Duration) {
 		clk.Step(d)
 		waiting()
 	}
+}
+
+// signalClock is a fake clock that announces each change of its waiters
+// (a timer made or stopped), so that a test waits for Run to wait on it
+// instead of polling Waiters.
+type signalClock struct {
+	*clocktesting.FakeClock
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newSignalClock(at time.Time) *signalClock {
+	return &signalClock{FakeClock: clocktesting.NewFakeClock(at), ch: make(chan struct{})}
+}
+
+// changed is closed at the next timer made or stopped.
+func (c *signalClock) changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
+}
+
+func (c *signalClock) announce() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.ch)
+	c.ch = make(chan struct{})
+}
+
+func (c *signalClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	c.announce()
+	return signalTimer{t, c}
+}
+
+type signalTimer struct {
+	clock.Timer
+	c *signalClock
+}
+
+func (t signalTimer) Stop() bool {
+	stopped := t.Timer.Stop()
+	t.c.announce()
+	return stopped
 }
 
 func TestPoller_C2_OneAskPerRepoTagPerInterval(t *testing.T) {
@@ -147,13 +188,8 @@ func TestPoller_LatestAnswersFromTheLastPollAndReportsChanges(t *testing.T) {
 	go p.Run(ctx)
 	defer cancel()
 	digest.Store("sha256:bbbb")
-	select {
-	case k := <-changed:
-		if k != "r/a:prod" {
-			t.Errorf("change reported for %q", k)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("a new digest was not reported")
+	if k := testwait.Recv(t, changed, "the new digest reported"); k != "r/a:prod" {
+		t.Errorf("change reported for %q", k)
 	}
 	if got := p.Latest(context.Background(), i, nil).Digest; got != "sha256:bbbb" {
 		t.Errorf("Latest after the change %q", got)
