@@ -47,6 +47,12 @@ var (
 
 // Client reads and writes workloads through client-go.
 type Client struct {
+	// Now stamps the Events Event records (firstTimestamp,
+	// lastTimestamp); nil is time.Now. A test injects its clock, so that a
+	// repeat lands on a later second without waiting one out (the
+	// timestamps have second precision).
+	Now func() time.Time
+
 	kube       kubernetes.Interface
 	apiTimeout time.Duration
 	cache      client.Reader // SetCache; nil: every read is a GET

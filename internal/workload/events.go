@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,7 +37,7 @@ func (c *Client) Event(ctx context.Context, obj *Object, eventType, reason, mess
 		return err
 	}
 	ref := obj.Ref
-	now := metav1.Now()
+	now := metav1.NewTime(c.now())
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: eventName(obj, eventType, reason, message), Namespace: ref.Namespace},
 		InvolvedObject: *involved,
@@ -64,6 +65,14 @@ func (c *Client) Event(ctx context.Context, obj *Object, eventType, reason, mess
 		return fmt.Errorf("record event %s on %s: count a repeat: %w", reason, ref, err)
 	}
 	return nil
+}
+
+// now is the time of an Event (Client.Now).
+func (c *Client) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 // bumpEvent counts one more occurrence of an existing Event.

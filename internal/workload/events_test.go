@@ -15,6 +15,10 @@ import (
 func TestEvent_R15_RecordsOnTheWorkloadAndCountsRepeats(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
+	// The recorder's clock, so that the repeat lands a second later
+	// without waiting one out (Event timestamps have second precision).
+	now := time.Now().Truncate(time.Second)
+	wc.Now = func() time.Time { return now }
 	testenv.Deployment(t, c.Client, ns, "api")
 	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
 	ctx := context.Background()
@@ -46,16 +50,19 @@ func TestEvent_R15_RecordsOnTheWorkloadAndCountsRepeats(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning || ev.Reason != reason || ev.Message != message || ev.Count != 1 {
 		t.Errorf("event %s %s %q count %d", ev.Type, ev.Reason, ev.Message, ev.Count)
 	}
+	if !ev.FirstTimestamp.Equal(&metav1.Time{Time: now}) || !ev.LastTimestamp.Equal(&metav1.Time{Time: now}) {
+		t.Errorf("timestamps %s / %s, want the recorder's clock %s", ev.FirstTimestamp, ev.LastTimestamp, now)
+	}
 	if ev.Source.Component != "image-refresh" || ev.ReportingController != "image-refresh" {
 		t.Errorf("reported by %q / %q, want image-refresh", ev.Source.Component, ev.ReportingController)
 	}
 
-	time.Sleep(1100 * time.Millisecond) // timestamps have second precision
+	now = now.Add(time.Second)
 	if err := wc.Event(ctx, obj, corev1.EventTypeWarning, reason, message); err != nil {
 		t.Fatal(err)
 	}
 	evs = list()
-	if len(evs) != 1 || evs[0].Count != 2 || !evs[0].LastTimestamp.After(ev.LastTimestamp.Time) {
+	if len(evs) != 1 || evs[0].Count != 2 || !evs[0].LastTimestamp.After(ev.LastTimestamp.Time) || !evs[0].LastTimestamp.Time.Equal(now) {
 		t.Fatalf("after a repeat: %d events, first with count %d, lastTimestamp %s (was %s); want one with count 2, later",
 			len(evs), evs[0].Count, evs[0].LastTimestamp, ev.LastTimestamp)
 	}
