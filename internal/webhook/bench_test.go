@@ -128,13 +128,10 @@ func BenchmarkAdmission_B1(b *testing.B) {
 		}
 		return took, nil
 	}
-	// Wait for the server and warm the connection pool.
-	deadline := time.Now().Add(10 * time.Second)
-	for _, err := call(0); err != nil; _, err = call(0) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the webhook server did not answer: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Wait for the server, then warm the connection pool.
+	serving(b, "127.0.0.1:"+strconv.Itoa(port), done)
+	if _, err := call(0); err != nil {
+		b.Fatalf("the webhook server did not answer: %v", err)
 	}
 
 	lat := make([]time.Duration, b.N)

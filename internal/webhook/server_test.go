@@ -16,8 +16,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // startServer serves h as Setup does (newServer) on a free loopback port
@@ -42,21 +45,37 @@ func startServer(t *testing.T, o Options, certs *SelfSigned, h *Handler) string 
 		}
 	})
 	addr := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		if err == nil {
-			conn.Close()
-			return addr
-		}
+	serving(t, addr, done)
+	return addr
+}
+
+// serving waits until the server on addr completes a TLS handshake, and
+// fails at once if it stopped (done). controller-runtime's webhook server
+// opens its listener inside Start and announces nothing (its own
+// StartedChecker dials too), so the handshake is probed; the timeout
+// bounds a hang. done has room for the one result Start sends.
+func serving(t testing.TB, addr string, done chan error) {
+	t.Helper()
+	var last error
+	testwait.Eventually(t, 30*time.Second, "a TLS handshake with the webhook server on "+addr, func() bool {
 		select {
 		case err := <-done:
+			done <- err // for the cleanup that waits for Start
 			t.Fatalf("webhook server stopped: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook server on %s does not complete a TLS handshake: %v", addr, err)
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			// Refused: not listening yet. Anything else is worth a line.
+			if !errors.Is(err, syscall.ECONNREFUSED) && (last == nil || last.Error() != err.Error()) {
+				t.Logf("webhook server on %s: %v", addr, err)
+			}
+			last = err
+			return false
 		}
-	}
+		conn.Close()
+		return true
+	})
 }
 
 // selfSigned is the default TLS identity (an ECDSA CA and certificate made
