@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
 )
@@ -481,6 +482,34 @@ func alive(pid int) bool {
 	return !strings.HasPrefix(after, "Z")
 }
 
+// exited waits up to d for pid to exit and reports whether it did (a
+// zombie waiting for init counts as gone). The processes are not this
+// test's children (cluster-up's own process started them and is gone), so
+// there is no Wait: a pidfd, which polls readable once the process exited,
+// is the kernel's signal for any process.
+func exited(t *testing.T, pid int, d time.Duration) bool {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return true
+	}
+	if err != nil {
+		t.Fatalf("pidfd_open(%d): %v", pid, err)
+	}
+	defer unix.Close(fd)
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(max(d, 0).Milliseconds()))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("poll the pidfd of %d: %v", pid, err)
+		}
+		return n == 1 || !alive(pid)
+	}
+}
+
 // slow are the README commands this test does not run: each waits ~20 s
 // for a node's lease to expire or come back (test/support/localcluster's tests
 // cover them); their targets are checked by TestReadme_MakeTargetsExist.
@@ -587,12 +616,11 @@ func TestReadme_LocalClusterCommandsRun(t *testing.T) {
 				t.Fatalf("%s: %v\n%s", c, err, stderr)
 			}
 			downRan = true
+			// cluster-down waits for the control plane's processes;
+			// the registry it only signals, so give each 10 s to exit.
 			deadline := time.Now().Add(10 * time.Second)
 			for pid, name := range started {
-				for alive(pid) && time.Now().Before(deadline) {
-					time.Sleep(100 * time.Millisecond)
-				}
-				if alive(pid) {
+				if !exited(t, pid, time.Until(deadline)) {
 					t.Errorf("after %s, %s (pid %d) still runs", c.text, name, pid)
 				}
 			}
