@@ -102,19 +102,20 @@ func TestHarness_N1_NodeThatComesBackReReportsItsPodsReady(t *testing.T) {
 		t.Fatalf("DaemonSet after node-3 is back: %v", err)
 	}
 	// The DaemonSet controller counts a pod available only after it saw it
-	// Ready; wait for its status rather than for a time.
+	// Ready; wait for its status (on a watch) rather than for a time.
 	deadline, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	for {
-		ds, err = c.Client.AppsV1().DaemonSets(ns).Get(deadline, "agent", metav1.GetOptions{})
-		if err == nil && ds.Status.NumberAvailable == 3 && ds.Status.NumberReady == 3 {
-			break
-		}
-		select {
-		case <-deadline.Done():
-			t.Fatalf("DaemonSet after node-3 is back: %d available, %d ready, want 3 (err %v)", ds.Status.NumberAvailable, ds.Status.NumberReady, err)
-		case <-time.After(200 * time.Millisecond):
-		}
+	watchDS, err := testenv.WatchWorkload(c.Client, "DaemonSet", ns, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = testenv.UntilWatched(deadline, watchDS, func(ctx context.Context) (bool, error) {
+		var err error
+		ds, err = c.Client.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
+		return err == nil && ds.Status.NumberAvailable == 3 && ds.Status.NumberReady == 3, err
+	})
+	if err != nil {
+		t.Fatalf("DaemonSet after node-3 is back: %d available, %d ready, want 3 (%v)", ds.Status.NumberAvailable, ds.Status.NumberReady, err)
 	}
 }
 

@@ -212,22 +212,24 @@ func Settled(ctx context.Context, client kubernetes.Interface, kind, ns, name st
 }
 
 // WaitSettled waits until the workload's rollout finished or timeout; it
-// returns the last reason when it did not.
+// returns the last reason when it did not. It checks on each change a
+// watch of the workload delivers (its settledness is its own status), not
+// on a timer.
 func WaitSettled(ctx context.Context, client kubernetes.Interface, kind, ns, name string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for {
-		s, err := Settled(ctx, client, kind, ns, name)
-		if err == nil && s.Settled {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if err != nil {
-				return fmt.Errorf("%s %s/%s did not settle in %s: %w", kind, ns, name, timeout, err)
-			}
-			return fmt.Errorf("%s %s/%s did not settle in %s: %s", kind, ns, name, timeout, s.Reason)
-		case <-time.After(100 * time.Millisecond):
-		}
+	open, err := WatchWorkload(client, kind, ns, name)
+	if err != nil {
+		return err
 	}
+	var s workload.Settledness
+	err = UntilWatched(ctx, open, func(ctx context.Context) (bool, error) {
+		var err error
+		s, err = Settled(ctx, client, kind, ns, name)
+		return err == nil && s.Settled, err
+	})
+	if err != nil {
+		return fmt.Errorf("%s %s/%s did not settle in %s: %s: %w", kind, ns, name, timeout, s.Reason, err)
+	}
+	return nil
 }
