@@ -19,14 +19,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
+	"github.com/image-refresh/image-refresh/test/support/localcluster"
 )
 
 // root is the repository root (the directory holding go.mod).
@@ -469,47 +468,6 @@ func pids(t *testing.T, runDir string) map[int]string {
 	return out
 }
 
-// alive reports whether pid runs (a zombie waiting for init counts as gone).
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	_, after, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(after, "Z")
-}
-
-// exited waits up to d for pid to exit and reports whether it did (a
-// zombie waiting for init counts as gone). The processes are not this
-// test's children (cluster-up's own process started them and is gone), so
-// there is no Wait: a pidfd, which polls readable once the process exited,
-// is the kernel's signal for any process.
-func exited(t *testing.T, pid int, d time.Duration) bool {
-	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return true
-	}
-	if err != nil {
-		t.Fatalf("pidfd_open(%d): %v", pid, err)
-	}
-	defer unix.Close(fd)
-	for {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, int(max(d, 0).Milliseconds()))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("poll the pidfd of %d: %v", pid, err)
-		}
-		return n == 1 || !alive(pid)
-	}
-}
-
 // slow are the README commands this test does not run: each waits ~20 s
 // for a node's lease to expire or come back (test/support/localcluster's tests
 // cover them); their targets are checked by TestReadme_MakeTargetsExist.
@@ -620,7 +578,11 @@ func TestReadme_LocalClusterCommandsRun(t *testing.T) {
 			// the registry it only signals, so give each 10 s to exit.
 			deadline := time.Now().Add(10 * time.Second)
 			for pid, name := range started {
-				if !exited(t, pid, time.Until(deadline)) {
+				gone, err := localcluster.WaitExit(pid, time.Until(deadline))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !gone {
 					t.Errorf("after %s, %s (pid %d) still runs", c.text, name, pid)
 				}
 			}

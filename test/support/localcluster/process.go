@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/image-refresh/image-refresh/test/support/freeport"
 )
 
@@ -80,21 +82,46 @@ func (p *process) stop(grace time.Duration) error {
 		return nil
 	}
 	_ = syscall.Kill(-p.PID, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if !p.alive() {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	if gone, err := WaitExit(p.PID, grace); gone || err != nil {
+		return err
 	}
 	_ = syscall.Kill(-p.PID, syscall.SIGKILL)
-	for i := 0; i < 100 && p.alive(); i++ {
-		time.Sleep(20 * time.Millisecond)
+	gone, err := WaitExit(p.PID, 2*time.Second)
+	if err != nil {
+		return err
 	}
-	if p.alive() {
+	if !gone {
 		return fmt.Errorf("stop %s (pid %d): still running after SIGKILL", p.Name, p.PID)
 	}
 	return nil
+}
+
+// WaitExit waits up to d for process pid to exit and reports whether it
+// did (a zombie counts as gone). It waits on a pidfd, which polls readable
+// once the process has exited: the kernel's signal for any process, not
+// only a child (cluster-down stops processes an earlier command started),
+// so no poll.
+func WaitExit(pid int, d time.Duration) (bool, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pidfd_open(%d): %w", pid, err)
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(d)
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(max(time.Until(deadline), 0).Milliseconds()))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("poll the pidfd of %d: %w", pid, err)
+		}
+		return n == 1, nil
+	}
 }
 
 // tail returns the last lines of the process log, for error messages.

@@ -25,10 +25,11 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
 	if p.alive() {
 		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
-		for i := 0; i < 250 && p.alive(); i++ {
-			time.Sleep(20 * time.Millisecond)
+		gone, err := WaitExit(p.PID, 5*time.Second)
+		if err != nil {
+			return 0, fmt.Errorf("localcluster: %w", err)
 		}
-		if p.alive() {
+		if !gone {
 			return 0, fmt.Errorf("localcluster: %s (pid %d) still running 5 s after SIGKILL", name, p.PID)
 		}
 	}
