@@ -8,8 +8,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // DeployHistory records every version of one Deployment the API server
@@ -24,6 +22,7 @@ type DeployHistory struct {
 	Name     string
 	Cancel   context.CancelFunc
 	Done     chan struct{}
+	changed  chan struct{} // closed and replaced on each version the watch delivers
 }
 
 // DeployVersion is one version of a Deployment a watch saw.
@@ -45,7 +44,7 @@ func (v DeployVersion) String() string {
 func (e *Env) WatchDeployment(name string) *DeployHistory {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &DeployHistory{Cancel: cancel, Done: make(chan struct{}), E: e, Name: name}
+	h := &DeployHistory{Cancel: cancel, Done: make(chan struct{}), E: e, Name: name, changed: make(chan struct{})}
 	rv := e.Deployment(name).ResourceVersion
 	h.Seen = map[string]bool{rv: true}
 	w, err := e.C.Client.AppsV1().Deployments(e.NS).Watch(ctx, metav1.ListOptions{
@@ -62,6 +61,8 @@ func (e *Env) WatchDeployment(name string) *DeployHistory {
 				h.Mu.Lock()
 				h.Versions = append(h.Versions, DeployVersion{d.ResourceVersion, d.Generation, WhImages(d), d.Annotations, time.Now()})
 				h.Seen[d.ResourceVersion] = true
+				close(h.changed)
+				h.changed = make(chan struct{})
 				h.Mu.Unlock()
 			}
 		}
@@ -74,12 +75,26 @@ func (e *Env) WatchDeployment(name string) *DeployHistory {
 // one the API server holds now) and forgets them.
 func (h *DeployHistory) Take() []DeployVersion {
 	h.E.T.Helper()
-	testwait.Eventually(h.E.T, 60*time.Second, "the watch of "+h.Name+" caught up", func() bool {
-		rv := h.E.Deployment(h.Name).ResourceVersion
+	// The version the API server holds now: the watch delivers it (or
+	// did), and announces each version it delivers.
+	rv := h.E.Deployment(h.Name).ResourceVersion
+	bound := time.NewTimer(60 * time.Second) // a hang, not a window
+	defer bound.Stop()
+	for {
 		h.Mu.Lock()
-		defer h.Mu.Unlock()
-		return h.Seen[rv]
-	})
+		seen, changed := h.Seen[rv], h.changed
+		h.Mu.Unlock()
+		if seen {
+			break
+		}
+		select {
+		case <-changed:
+		case <-h.Done:
+			h.E.T.Fatalf("the watch of %s ended before it delivered resourceVersion %s", h.Name, rv)
+		case <-bound.C:
+			h.E.T.Fatalf("the watch of %s did not deliver resourceVersion %s within 60s", h.Name, rv)
+		}
+	}
 	h.Mu.Lock()
 	defer h.Mu.Unlock()
 	out := h.Versions

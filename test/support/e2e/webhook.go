@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/webhook"
 	"github.com/image-refresh/image-refresh/test/support/freeport"
@@ -69,10 +70,14 @@ func (e *Env) WhStartProbed(cfg, probe string, images map[string]string, extra .
 	}
 	e.T.Cleanup(func() { _ = mwcs.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	ctl := e.StartRun(cfg, append([]string{"--webhook-port", port, "--webhook-host", "127.0.0.1", "--webhook-config-name", name}, extra...)...)
-	testwait.Eventually(e.T, 30*time.Second, "run put its CA in the caBundle", func() bool {
+	e.UntilWatched(30*time.Second, "run put its CA in the caBundle", func(ctx context.Context) (watch.Interface, error) {
+		return mwcs.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	}, func() bool {
 		got, err := mwcs.Get(context.Background(), name, metav1.GetOptions{})
 		return err == nil && strings.Contains(string(got.Webhooks[0].ClientConfig.CABundle), "BEGIN CERTIFICATE")
 	})
+	// The API server loads the configuration asynchronously and announces
+	// nothing: probe with dry runs.
 	testwait.Eventually(e.T, 30*time.Second, "the API server calls the webhook", func() bool {
 		d, err := e.WhTry("helm", probe, images, true)
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/cli"
 	"github.com/image-refresh/image-refresh/test/support/freeport"
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
@@ -34,6 +35,7 @@ type Controller struct {
 	code   int
 	mu     sync.Mutex
 	logs   bytes.Buffer
+	logged chan struct{}  // closed and replaced on each write to logs, and at exit
 	base   map[string]int // image_refresh_passes_total by group when it started
 }
 
@@ -43,13 +45,14 @@ type Controller struct {
 // and its logs are printed if the test failed.
 func Start(t testing.TB, args []string, opts ...cli.Option) *Controller {
 	t.Helper()
-	c := &Controller{done: make(chan struct{}), Metrics: freeport.MustAddr(t), Health: freeport.MustAddr(t), base: processPasses(t)}
+	c := &Controller{done: make(chan struct{}), logged: make(chan struct{}), Metrics: freeport.MustAddr(t), Health: freeport.MustAddr(t), base: processPasses(t)}
 	args = SetFlag(SetFlag(args, "--metrics-addr", c.Metrics), "--health-addr", c.Health)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	root := cli.NewRoot(io.Discard, c, opts...)
 	root.SetArgs(args)
 	go func() {
+		defer c.announce() // a wait on the logs learns of the exit
 		defer close(c.done)
 		err := root.ExecuteContext(ctx)
 		if err != nil {
@@ -83,7 +86,39 @@ func SetFlag(args []string, flag, value string) []string {
 func (c *Controller) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	close(c.logged)
+	c.logged = make(chan struct{})
 	return c.logs.Write(p)
+}
+
+func (c *Controller) announce() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.logged)
+	c.logged = make(chan struct{})
+}
+
+// logChanged is closed at the controller's next log line or its exit.
+func (c *Controller) logChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.logged
+}
+
+// UntilLogged waits until cond, a check of Logs, holds: checked at once
+// and again on each line the controller logs, not on a timer; the test's
+// deadline bounds a hang. It fails at once, with the logs, if the
+// controller exited.
+func (c *Controller) UntilLogged(t testing.TB, what string, cond func(logs string) bool) {
+	t.Helper()
+	testwait.Until(t, what, c.logChanged, func() bool {
+		select {
+		case <-c.done:
+			t.Fatalf("%s: the controller exited %d:\n%s", what, c.code, c.Logs())
+		default:
+		}
+		return cond(c.Logs())
+	})
 }
 
 // Logs is everything the controller logged so far.
@@ -121,6 +156,37 @@ func (c *Controller) Eventually(t testing.TB, timeout time.Duration, what string
 		}
 		return cond()
 	})
+}
+
+// UntilWatched waits until cond, a check of what open watches, holds and
+// returns how long that took: cond is checked at once and again on every
+// change the watch delivers (testenv.UntilWatched), not on a timer.
+// timeout bounds a hang; the test fails naming what if it passes first,
+// and at once, with the logs, if the controller exits.
+func (c *Controller) UntilWatched(t testing.TB, timeout time.Duration, what string, open testenv.Watcher, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	go func() { // an exit ends the wait
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := testenv.UntilWatched(ctx, open, func(context.Context) (bool, error) { return cond(), nil })
+	select {
+	case <-c.done:
+		if err != nil {
+			t.Fatalf("%s: the controller exited %d:\n%s", what, c.code, c.Logs())
+		}
+	default:
+	}
+	if err != nil {
+		t.Fatalf("%s: not within %s (%v)", what, timeout, err)
+	}
+	return time.Since(start)
 }
 
 // WaitReady waits until /readyz answers 200 (the informer caches synced).
