@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // imageMoves counts the image changes of one container, starting on from,
@@ -25,6 +24,73 @@ func imageMoves(versions []e2e.DeployVersion, container, from string) (moves int
 	return moves, seen
 }
 
+// flapEnv is the setup of the R21 tests: the seed group (e2e.SeedShape,
+// recorded on a) with maxDigestChanges 2 per 1h, on a clock injected at
+// 12:00.
+func flapEnv(t *testing.T) (e *env, a, cfg string) {
+	e = newEnv(t)
+	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	a = e.Seed()
+	cfg = e.Config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + e2e.SeedShape)
+	return e, a, cfg
+}
+
+// tickFlapEnv is flapEnv with the group recorded and pinned on a by two
+// ticks.
+func tickFlapEnv(t *testing.T) (e *env, a, cfg string) {
+	e, a, cfg = flapEnv(t)
+	for range 2 {
+		if code, _ := e.Tick(cfg); code != 0 {
+			t.Fatalf("setup tick exit %d", code)
+		}
+	}
+	return e, a, cfg
+}
+
+// runFlap is the R21 setup through `run`: a controller polling every
+// 300 ms that has spent the budget, moving a → b → a (10 s apart on the
+// clock), each move rolled and recorded.
+type runFlap struct {
+	*env
+	cfg, a, b, pinA, pinB string
+	ctl                   *e2e.RunningController
+	proxy                 *e2e.DeployHistory // requests-proxy's versions since before the controller started
+}
+
+func startRunFlap(t *testing.T) *runFlap {
+	e, a, cfg := flapEnv(t)
+	e.PinAll(cfg)
+	b := e.Push("api", "prod")
+	e.Reg.MustTag(t, "acme/api", "prod", a)
+	f := &runFlap{env: e, cfg: cfg, a: a, b: b, pinA: e.Repo("api") + ":prod@" + a, pinB: e.Repo("api") + ":prod@" + b}
+	f.proxy = e.WatchDeployment("requests-proxy")
+	f.ctl = e.StartRun(cfg, "--poll-interval", "300ms", "--poll-jitter", "0")
+	f.ctl.WaitReady(t)
+	f.ctl.WaitPasses(t, "control-plane", 0, 1)
+	e.Clock.Add(10 * time.Second)
+	e.Reg.MustTag(t, "acme/api", "prod", b)
+	e.UntilDeployments(30*time.Second, "move 1 rolled", f.on(f.pinB))
+	e.Clock.Add(10 * time.Second)
+	e.Reg.MustTag(t, "acme/api", "prod", a)
+	e.UntilDeployments(30*time.Second, "move 2 rolled", f.on(f.pinA))
+	return f
+}
+
+// on: both targets on want and the record on its digest (rolled and
+// confirmed, so the move counts).
+func (f *runFlap) on(want string) func() bool {
+	return func() bool {
+		return f.Image("requests-proxy", "proxy") == want && f.Image("jobs-manager", "api") == want &&
+			strings.HasSuffix(want, "@"+f.Annotations("jobs-manager")[f.Key("last-refreshed-api-digest")])
+	}
+}
+
+// noAttempt waits until no attempt is in flight.
+func (f *runFlap) noAttempt() {
+	f.T.Helper()
+	f.UntilDeployments(30*time.Second, "no attempt in flight", func() bool { return f.Annotations("jobs-manager")[f.Key("refresh-attempt")] == "" })
+}
+
 // R21: a registry whose tag flips between two digests before each of 10
 // ticks (a minute apart on the injected clock): with maxDigestChanges 2 per
 // 1h the targets roll twice, then the image is held on its recorded digest
@@ -34,15 +100,7 @@ func imageMoves(versions []e2e.DeployVersion, container, from string) (moves int
 // digest (R7). An hour later on the clock the hold ends by itself: the next
 // tick rolls to the tag's digest. rearm also ends a hold at once.
 func TestTick_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
-	e := newEnv(t)
-	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
-	a := e.Seed()
-	cfg := e.Config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + e2e.SeedShape)
-	for range 2 {
-		if code, _ := e.Tick(cfg); code != 0 {
-			t.Fatalf("setup tick exit %d", code)
-		}
-	}
+	e, a, cfg := tickFlapEnv(t)
 	b := e.Push("api", "prod") // the tag now on b
 	proxy := e.WatchDeployment("requests-proxy")
 	pinA, pinB := e.Repo("api")+":prod@"+a, e.Repo("api")+":prod@"+b
@@ -144,59 +202,38 @@ func TestTick_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
 // status row) while the flips go on, and rolls by itself once the injected
 // clock has passed the window.
 func TestRun_R21_AFlippingTagRollsAtMostMaxDigestChangesTimes(t *testing.T) {
-	e := newEnv(t)
-	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
-	a := e.Seed()
-	cfg := e.Config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + e2e.SeedShape)
-	e.PinAll(cfg)
-	b := e.Push("api", "prod")
-	e.Reg.MustTag(t, "acme/api", "prod", a)
-	pinA, pinB := e.Repo("api")+":prod@"+a, e.Repo("api")+":prod@"+b
-	proxy := e.WatchDeployment("requests-proxy")
-	ctl := e.StartRun(cfg, "--poll-interval", "300ms", "--poll-jitter", "0")
-	ctl.WaitReady(t)
-	ctl.WaitPasses(t, "control-plane", 0, 1)
-	// on: rolled and confirmed (the record moved), so the move counts.
-	on := func(want string) func() bool {
-		return func() bool {
-			return e.Image("requests-proxy", "proxy") == want && e.Image("jobs-manager", "api") == want &&
-				strings.HasSuffix(want, "@"+e.Annotations("jobs-manager")[e.Key("last-refreshed-api-digest")])
-		}
+	f := startRunFlap(t)
+	e, ctl, b, pinA, pinB := f.env, f.ctl, f.b, f.pinA, f.pinB
+	held := func(logs string) int {
+		return len(e2e.LogLines(logs, "WARN", "is flapping", "instead of rolling to "+b))
 	}
-	held := func() int { return len(e2e.LogLines(ctl.Logs(), "WARN", "is flapping", "instead of rolling to "+b)) }
 
-	e.Clock.Add(10 * time.Second)
-	e.Reg.MustTag(t, "acme/api", "prod", b)
-	testwait.Eventually(t, 30*time.Second, "move 1 rolled", on(pinB))
-	e.Clock.Add(10 * time.Second)
-	e.Reg.MustTag(t, "acme/api", "prod", a)
-	testwait.Eventually(t, 30*time.Second, "move 2 rolled", on(pinA))
 	for i := range 4 { // the budget is spent: each flip to b is held
 		e.Clock.Add(10 * time.Second)
-		before := held()
+		before := held(ctl.Logs())
 		e.Reg.MustTag(t, "acme/api", "prod", b)
-		testwait.Eventually(t, 30*time.Second, fmt.Sprintf("flip %d to b held, loudly", i+1), func() bool { return held() > before })
+		ctl.UntilLogged(t, fmt.Sprintf("flip %d to b held, loudly", i+1), func(logs string) bool { return held(logs) > before })
 		if got := e.Image("requests-proxy", "proxy"); got != pinA {
 			t.Fatalf("flip %d: requests-proxy on %s while tag-flapping, want %s", i+1, got, pinA)
 		}
-		e.Reg.MustTag(t, "acme/api", "prod", a)
+		e.Reg.MustTag(t, "acme/api", "prod", f.a)
 		ctl.KickedPasses(t, e.Env, "control-plane", "jobs-manager")
 	}
-	if moves, seen := imageMoves(proxy.Take(), "proxy", pinA); moves != 2 {
+	if moves, seen := imageMoves(f.proxy.Take(), "proxy", pinA); moves != 2 {
 		t.Errorf("requests-proxy moved %d times over 6 flips to b in run, want 2: %v", moves, seen)
 	}
 	e.Reg.MustTag(t, "acme/api", "prod", b)
-	testwait.Eventually(t, 30*time.Second, "held again", func() bool { return held() > 4 })
-	if r := e2e.Row(e.Status(cfg), "requests-proxy", "proxy"); r["state"] != "tag-flapping" {
+	ctl.UntilLogged(t, "held again", func(logs string) bool { return held(logs) > 4 })
+	if r := e2e.Row(e.Status(f.cfg), "requests-proxy", "proxy"); r["state"] != "tag-flapping" {
 		t.Errorf("status row %v, want tag-flapping", r)
 	}
 	// The window passes on the clock: the controller rolls by itself. (The
 	// clock is the engine's: steps above stay below rolloutTimeout, or an
 	// attempt in flight would read as overdue.)
-	testwait.Eventually(t, 30*time.Second, "no attempt in flight", func() bool { return e.Annotations("jobs-manager")[e.Key("refresh-attempt")] == "" })
+	f.noAttempt()
 	e.Clock.Add(time.Hour)
-	testwait.Eventually(t, 30*time.Second, "rolled after the window", on(pinB))
-	if moves, seen := imageMoves(proxy.Take(), "proxy", pinA); moves != 1 {
+	e.UntilDeployments(30*time.Second, "rolled after the window", f.on(pinB))
+	if moves, seen := imageMoves(f.proxy.Take(), "proxy", pinA); moves != 1 {
 		t.Errorf("after the window requests-proxy moved %d times, want 1: %v", moves, seen)
 	}
 }

@@ -22,15 +22,7 @@ import (
 // line (not repeated by the tick after), status says pinned and the marker
 // is gone.
 func TestTick_R21_TheFlappingStateLastsItsWindowAlsoOnTheHeldDigest(t *testing.T) {
-	e := newEnv(t)
-	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
-	a := e.Seed()
-	cfg := e.Config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + e2e.SeedShape)
-	for range 2 {
-		if code, _ := e.Tick(cfg); code != 0 {
-			t.Fatalf("setup tick exit %d", code)
-		}
-	}
+	e, a, cfg := tickFlapEnv(t)
 	b := e.Push("api", "prod")
 	pinA := e.Repo("api") + ":prod@" + a
 	marker := e.Key("tag-flapping-api")
@@ -94,50 +86,29 @@ func TestTick_R21_TheFlappingStateLastsItsWindowAlsoOnTheHeldDigest(t *testing.T
 // fire again with each flip; once the injected clock passed the window it
 // goes to 0 with one INFO line, not one per pass.
 func TestRun_R21_TheTagFlappingAlertDoesNotResolveWithEachFlip(t *testing.T) {
-	e := newEnv(t)
-	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
-	a := e.Seed()
-	cfg := e.Config("maxDigestChanges: 2\ndigestChangeWindow: 1h\n" + e2e.SeedShape)
-	e.PinAll(cfg)
-	b := e.Push("api", "prod")
-	e.Reg.MustTag(t, "acme/api", "prod", a)
-	pinA, pinB := e.Repo("api")+":prod@"+a, e.Repo("api")+":prod@"+b
-	ctl := e.StartRun(cfg, "--poll-interval", "300ms", "--poll-jitter", "0")
-	ctl.WaitReady(t)
-	ctl.WaitPasses(t, "control-plane", 0, 1)
-	on := func(want string) func() bool {
-		return func() bool {
-			return e.Image("requests-proxy", "proxy") == want && e.Image("jobs-manager", "api") == want &&
-				strings.HasSuffix(want, "@"+e.Annotations("jobs-manager")[e.Key("last-refreshed-api-digest")])
-		}
-	}
+	f := startRunFlap(t)
+	e, ctl := f.env, f.ctl
 	gauge := func() string {
 		_, body := running.Get("http://" + ctl.Metrics + "/metrics")
 		v, _ := running.MetricValue(body, "image_refresh_group_needs_attention", map[string]string{"group": "control-plane", "reason": "TagFlapping"})
 		return v
 	}
-	e.Clock.Add(10 * time.Second)
-	e.Reg.MustTag(t, "acme/api", "prod", b)
-	testwait.Eventually(t, 30*time.Second, "move 1 rolled", on(pinB))
-	e.Clock.Add(10 * time.Second)
-	e.Reg.MustTag(t, "acme/api", "prod", a)
-	testwait.Eventually(t, 30*time.Second, "move 2 rolled", on(pinA))
-	testwait.Eventually(t, 30*time.Second, "no attempt in flight", func() bool { return e.Annotations("jobs-manager")[e.Key("refresh-attempt")] == "" })
+	f.noAttempt()
 	for i := range 3 {
 		e.Clock.Add(10 * time.Second)
-		e.Reg.MustTag(t, "acme/api", "prod", b)
+		e.Reg.MustTag(t, "acme/api", "prod", f.b)
 		testwait.Eventually(t, 30*time.Second, fmt.Sprintf("flip %d to b held", i+1), func() bool { return gauge() == "1" })
-		e.Reg.MustTag(t, "acme/api", "prod", a)
+		e.Reg.MustTag(t, "acme/api", "prod", f.a)
 		// Wait for the poller to see a again: a WARN saying the tag is back.
 		before := len(e2e.LogLines(ctl.Logs(), "WARN", "back on the held digest"))
-		testwait.Eventually(t, 30*time.Second, fmt.Sprintf("flip %d back to a seen", i+1), func() bool {
-			return len(e2e.LogLines(ctl.Logs(), "WARN", "back on the held digest")) > before
+		ctl.UntilLogged(t, fmt.Sprintf("flip %d back to a seen", i+1), func(logs string) bool {
+			return len(e2e.LogLines(logs, "WARN", "back on the held digest")) > before
 		})
 		ctl.KickedPasses(t, e.Env, "control-plane", "jobs-manager")
 		if g := gauge(); g != "1" {
 			t.Fatalf("flip %d: the tag back on the held digest, TagFlapping gauge %q, want 1 (the alert would resolve)", i+1, g)
 		}
-		if r := e2e.Row(e.Status(cfg), "requests-proxy", "proxy"); r["state"] != "tag-flapping" {
+		if r := e2e.Row(e.Status(f.cfg), "requests-proxy", "proxy"); r["state"] != "tag-flapping" {
 			t.Fatalf("flip %d: the tag back on the held digest, status row %v, want tag-flapping", i+1, r)
 		}
 	}

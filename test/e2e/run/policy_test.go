@@ -25,19 +25,20 @@ import (
 // The rollout policy of SPEC R22 and R23 through `tick` on the local
 // cluster and registry; R21's is flap_test.go.
 
-// R23: a DaemonSet rollout that cannot finish (a node's agent died) locks
-// the group out on digest B. The registry publishes C: the next tick
-// re-arms the group by itself (RearmedByNewDigest Event and metric) and,
-// the node back, rolls C. The tag pushed back to B: B is quarantined, not
-// tried (exit 1, status row quarantined naming B, DigestQuarantined Event).
-func TestTick_R23_ANewDigestRearmsALockoutAndTheLockedOnDigestIsQuarantined(t *testing.T) {
-	e := newEnv(t)
-	a := e.Push("agent", "prod")
-	testenv.Deployment(t, e.C.Client, e.NS, "anchor", testenv.WithContainer("app", "registry.invalid/not-managed:1"))
+// agentsGroup is the setup of the R23 and R25 lockout tests: group agents,
+// anchored on Deployment anchor (created with anchorOpts, its container
+// not managed), whose one target is DaemonSet agent (on every node), with
+// rolloutTimeout 2s and maxRefreshAttempts 2; two ticks record and pin a,
+// the digest pushed first. pin names an image of agent on a digest;
+// dsImage is agent's live image.
+func agentsGroup(t *testing.T, e *env, anchorOpts ...testenv.Option) (a, cfg string, pin func(string) string, dsImage func() string) {
+	t.Helper()
+	a = e.Push("agent", "prod")
+	testenv.Deployment(t, e.C.Client, e.NS, "anchor", append(anchorOpts, testenv.WithContainer("app", "registry.invalid/not-managed:1"))...)
 	testenv.DaemonSet(t, e.C.Client, e.NS, "agent", testenv.WithTolerateAll(), testenv.WithContainer("agent", e.Repo("agent")+":prod"))
 	e.Settle("Deployment", "anchor")
 	e.Settle("DaemonSet", "agent")
-	cfg := e.Config(`rolloutTimeout: 2s
+	cfg = e.Config(`rolloutTimeout: 2s
 maxRefreshAttempts: 2
 groups:
   - name: agents
@@ -54,11 +55,22 @@ groups:
 			t.Fatalf("setup tick exit %d", code)
 		}
 	}
-	pin := func(d string) string { return e.Repo("agent") + ":prod@" + d }
-	dsImage := func() string { return e.DaemonSet("agent").Spec.Template.Spec.Containers[0].Image }
+	pin = func(d string) string { return e.Repo("agent") + ":prod@" + d }
+	dsImage = func() string { return e.DaemonSet("agent").Spec.Template.Spec.Containers[0].Image }
 	if got := dsImage(); got != pin(a) {
 		t.Fatalf("setup: agent on %s, want %s", got, pin(a))
 	}
+	return a, cfg, pin, dsImage
+}
+
+// R23: a DaemonSet rollout that cannot finish (a node's agent died) locks
+// the group out on digest B. The registry publishes C: the next tick
+// re-arms the group by itself (RearmedByNewDigest Event and metric) and,
+// the node back, rolls C. The tag pushed back to B: B is quarantined, not
+// tried (exit 1, status row quarantined naming B, DigestQuarantined Event).
+func TestTick_R23_ANewDigestRearmsALockoutAndTheLockedOnDigestIsQuarantined(t *testing.T) {
+	e := newEnv(t)
+	_, cfg, pin, dsImage := agentsGroup(t, e)
 	lockedOnKey := e.Key("locked-on-agent")
 
 	// node-2's agent dies: the pod a re-image sends it never runs.

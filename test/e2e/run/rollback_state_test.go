@@ -12,7 +12,6 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // R25 on the local cluster with the real `kubectl rollout undo` (the
@@ -111,35 +110,9 @@ func TestTick_R25_RolloutUndoRewindsNoRecordAttemptOrChurnHistory(t *testing.T) 
 // quarantined.
 func TestTick_R25_RolloutUndoKeepsTheLockoutAndTheQuarantine(t *testing.T) {
 	e := newEnv(t)
-	a := e.Push("agent", "prod")
 	// No replicas: the anchor's own rollouts need no node while node-2 is
 	// down.
-	testenv.Deployment(t, e.C.Client, e.NS, "anchor", testenv.WithReplicas(0), testenv.WithContainer("app", "registry.invalid/not-managed:1"))
-	testenv.DaemonSet(t, e.C.Client, e.NS, "agent", testenv.WithTolerateAll(), testenv.WithContainer("agent", e.Repo("agent")+":prod"))
-	e.Settle("Deployment", "anchor")
-	e.Settle("DaemonSet", "agent")
-	cfg := e.Config(`rolloutTimeout: 2s
-maxRefreshAttempts: 2
-groups:
-  - name: agents
-    anchor: {kind: Deployment, namespace: {{ns}}, name: anchor}
-    images:
-      - name: agent
-        repository: {{reg}}/acme/agent
-        tag: prod
-        targets:
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: agent}
-`)
-	for range 2 {
-		if code, _ := e.Tick(cfg); code != 0 {
-			t.Fatalf("setup tick exit %d", code)
-		}
-	}
-	pin := func(d string) string { return e.Repo("agent") + ":prod@" + d }
-	dsImage := func() string { return e.DaemonSet("agent").Spec.Template.Spec.Containers[0].Image }
-	if got := dsImage(); got != pin(a) {
-		t.Fatalf("setup: agent on %s, want %s", got, pin(a))
-	}
+	_, cfg, pin, dsImage := agentsGroup(t, e, testenv.WithReplicas(0))
 	// A new revision of the anchor (its own image, not managed): the one
 	// the undo goes back from.
 	e.SetImageAs("kubectl-set", "Deployment", "anchor", "app", "registry.invalid/not-managed:2")
@@ -219,7 +192,7 @@ func TestRun_R25_RolloutUndoRewindsNoRecordAttemptOrChurnHistory(t *testing.T) {
 	e.Clock.Add(time.Minute)
 	b := e.Push("api", "prod")
 	pinB := e.Repo("api") + ":prod@" + b
-	testwait.Eventually(t, 30*time.Second, "rolled to B and recorded", func() bool {
+	e.UntilDeployments(30*time.Second, "rolled to B and recorded", func() bool {
 		an := e.Annotations("jobs-manager")
 		return e.Image("jobs-manager", "api") == pinB && e.Image("requests-proxy", "proxy") == pinB && an[record] == b && an[attempt] == ""
 	})
@@ -231,7 +204,7 @@ func TestRun_R25_RolloutUndoRewindsNoRecordAttemptOrChurnHistory(t *testing.T) {
 	e.Clock.Add(time.Minute)
 
 	e.RolloutUndo("jobs-manager")
-	took := testwait.Eventually(t, 30*time.Second, "the state back on the anchor and the undo re-pinned", func() bool {
+	took := e.UntilDeployments(30*time.Second, "the state back on the anchor and the undo re-pinned", func() bool {
 		an := e.Annotations("jobs-manager")
 		return an[record] == b && an[changes] == before[changes] && an[attempt] == "" && e.Image("jobs-manager", "api") == pinB
 	})
@@ -326,7 +299,7 @@ func TestRun_R25_RolloutUndoKeepsTheLockoutAndTheQuarantine(t *testing.T) {
 	b := e.Push("web", "prod")
 	lb.Fail(b)
 	flap, attempt, lockedOn, record := e.Key("refresh-flap-detected"), e.Key("refresh-attempt"), e.Key("locked-on-web"), e.Key("last-refreshed-web-digest")
-	testwait.Eventually(t, 2*time.Minute, "locked out on B after 2 attempts", func() bool {
+	e.UntilDeployments(2*time.Minute, "locked out on B after 2 attempts", func() bool {
 		st := e.StateOf("web")
 		return st[flap] == "2" && st[lockedOn] == b
 	})
@@ -336,7 +309,7 @@ func TestRun_R25_RolloutUndoKeepsTheLockoutAndTheQuarantine(t *testing.T) {
 	if undone := e.Annotations("web"); undone[lockedOn] == b && undone[flap] != "" {
 		t.Logf("the undo left the lockout on the anchor (the controller restored it first?): %v", undone)
 	}
-	testwait.Eventually(t, 60*time.Second, "the lockout and the quarantine back on the anchor, web on the undo's A", func() bool {
+	e.UntilDeployments(60*time.Second, "the lockout and the quarantine back on the anchor, web on the undo's A", func() bool {
 		st := e.StateOf("web")
 		return st[flap] == locked[flap] && st[lockedOn] == b && st[attempt] == locked[attempt] && e.Image("web", "web") == tag+"@"+a
 	})
@@ -352,7 +325,7 @@ func TestRun_R25_RolloutUndoKeepsTheLockoutAndTheQuarantine(t *testing.T) {
 	}
 
 	c := e.Push("web", "prod")
-	testwait.Eventually(t, 60*time.Second, "C re-armed, rolled and recorded", func() bool {
+	e.UntilDeployments(60*time.Second, "C re-armed, rolled and recorded", func() bool {
 		st := e.StateOf("web")
 		return e.Image("web", "web") == tag+"@"+c && st[record] == c && st[flap] == "" && st[attempt] == ""
 	})
@@ -360,8 +333,8 @@ func TestRun_R25_RolloutUndoKeepsTheLockoutAndTheQuarantine(t *testing.T) {
 		t.Errorf("%s = %q after the re-arm, want %s still quarantined", lockedOn, got, b)
 	}
 	e.Reg.MustTag(t, "acme/web", "prod", b)
-	testwait.Eventually(t, 60*time.Second, "the quarantine WARN naming B", func() bool {
-		return len(e2e.LogLines(ctl.Logs(), "WARN", "quarantined", b)) > 0
+	ctl.UntilLogged(t, "the quarantine WARN naming B", func(logs string) bool {
+		return len(e2e.LogLines(logs, "WARN", "quarantined", b)) > 0
 	})
 	if got := e.Image("web", "web"); got != tag+"@"+c {
 		t.Errorf("web on %s with the tag on the quarantined B, want %s", got, tag+"@"+c)
