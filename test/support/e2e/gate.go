@@ -74,6 +74,7 @@ type GateOwner struct {
 	OnTag     bool   // pods on a bare tag (no digest) are unhealthy too
 	Cancel    context.CancelFunc
 	Done      chan struct{}
+	told      chan struct{} // Fail and FailOnTag wake the loop
 }
 
 // StartGateOwner starts a GateOwner for the pods of app; it stops when the
@@ -81,7 +82,7 @@ type GateOwner struct {
 func (e *Env) StartGateOwner(app, gate string) *GateOwner {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &GateOwner{E: e, App: app, Gate: gate, Cancel: cancel, Done: make(chan struct{})}
+	g := &GateOwner{E: e, App: app, Gate: gate, Cancel: cancel, Done: make(chan struct{}), told: make(chan struct{}, 1)}
 	go g.Loop(ctx)
 	e.T.Cleanup(func() { g.Cancel(); <-g.Done })
 	return g
@@ -92,6 +93,7 @@ func (g *GateOwner) Fail(digest string) {
 	g.Mu.Lock()
 	g.Unhealthy = digest
 	g.Mu.Unlock()
+	g.tell()
 }
 
 // FailOnTag makes the owner report pods whose image has no digest (a
@@ -100,41 +102,83 @@ func (g *GateOwner) FailOnTag() {
 	g.Mu.Lock()
 	g.OnTag = true
 	g.Mu.Unlock()
+	g.tell()
 }
 
-// Loop sets the gate on the pods it watches until ctx ends.
+func (g *GateOwner) tell() {
+	select {
+	case g.told <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// Loop sets the gate on the pods it watches until ctx ends: at once, on
+// every event of a watch of the pods, and when told a new verdict, as a
+// controller does; only while the API server cannot be watched, or after
+// a failed read or write, does it retry on a timer.
 func (g *GateOwner) Loop(ctx context.Context) {
 	defer close(g.Done)
 	pods := g.E.C.Client.CoreV1().Pods(g.E.NS)
 	for ctx.Err() == nil {
-		g.Mu.Lock()
-		bad, onTag := g.Unhealthy, g.OnTag
-		g.Mu.Unlock()
-		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + g.App})
-		for i := 0; err == nil && i < len(list.Items); i++ {
-			p := &list.Items[i]
-			if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-				continue // not started by kwok yet: it would overwrite the gate
+		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "app=" + g.App})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
 			}
-			want, reason := corev1.ConditionTrue, "TargetHealthy"
-			if img := p.Spec.Containers[0].Image; (bad != "" && strings.HasSuffix(img, "@"+bad)) || (onTag && !strings.Contains(img, "@")) {
-				want, reason = corev1.ConditionFalse, "TargetUnhealthy"
-			}
-			if PodCondition(p, corev1.PodConditionType(g.Gate)) == want && PodCondition(p, corev1.PodReady) == want {
-				continue
-			}
-			now := time.Now().UTC().Format(time.RFC3339)
-			readyReason := ""
-			if want == corev1.ConditionFalse {
-				readyReason = "ReadinessGatesNotReady"
-			}
-			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q},{"type":"Ready","status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
-				g.Gate, want, reason, now, want, readyReason, now)
-			_, _ = pods.Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "lb-controller"}, "status")
+			continue
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		retry := g.reconcile(ctx)
+		for open := true; open && ctx.Err() == nil; {
+			select {
+			case <-ctx.Done():
+			case _, open = <-w.ResultChan():
+			case <-g.told:
+			case <-retry:
+			}
+			if open {
+				retry = g.reconcile(ctx)
+			}
+		}
+		w.Stop()
+	}
+}
+
+// reconcile writes the gate (and Ready) on every started pod of the app
+// whose conditions differ from the verdict. After a failed read or write
+// it returns a timer to try again on (nil: nothing failed).
+func (g *GateOwner) reconcile(ctx context.Context) <-chan time.Time {
+	pods := g.E.C.Client.CoreV1().Pods(g.E.NS)
+	g.Mu.Lock()
+	bad, onTag := g.Unhealthy, g.OnTag
+	g.Mu.Unlock()
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + g.App})
+	failed := err != nil
+	for i := 0; err == nil && i < len(list.Items); i++ {
+		p := &list.Items[i]
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue // not started by kwok yet: it would overwrite the gate
+		}
+		want, reason := corev1.ConditionTrue, "TargetHealthy"
+		if img := p.Spec.Containers[0].Image; (bad != "" && strings.HasSuffix(img, "@"+bad)) || (onTag && !strings.Contains(img, "@")) {
+			want, reason = corev1.ConditionFalse, "TargetUnhealthy"
+		}
+		if PodCondition(p, corev1.PodConditionType(g.Gate)) == want && PodCondition(p, corev1.PodReady) == want {
+			continue
+		}
+		now := time.Now().UTC().Format(time.RFC3339)
+		readyReason := ""
+		if want == corev1.ConditionFalse {
+			readyReason = "ReadinessGatesNotReady"
+		}
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q},{"type":"Ready","status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
+			g.Gate, want, reason, now, want, readyReason, now)
+		if _, perr := pods.Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "lb-controller"}, "status"); perr != nil {
+			failed = true
 		}
 	}
+	if failed {
+		return time.After(100 * time.Millisecond)
+	}
+	return nil
 }

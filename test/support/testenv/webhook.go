@@ -20,6 +20,7 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/testcert"
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // PatchOp is one JSON patch operation a test webhook answers with.
@@ -103,13 +104,10 @@ func MutatingWebhook(t testing.TB, client kubernetes.Interface, ns string, mutat
 			},
 		},
 	}
-	for deadline := time.Now().Add(20 * time.Second); calls.Load() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the API server never called the test webhook")
-		}
+	testwait.Eventually(t, 20*time.Second, "the API server calls the test webhook", func() bool {
 		_, _ = client.AppsV1().Deployments(ns).Create(context.Background(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		time.Sleep(100 * time.Millisecond)
-	}
+		return calls.Load() > 0
+	})
 	calls.Store(0)
 	return &calls
 }
