@@ -17,6 +17,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -29,6 +30,19 @@ import (
 
 // settings is a config with settings and no groups: discovery only.
 func (e *env) settings() string { return e.Config("") }
+
+// defaultServiceAccount waits until the namespace's ServiceAccount default
+// exists (the ServiceAccount controller creates it), on a watch.
+func (e *env) defaultServiceAccount() {
+	e.T.Helper()
+	sas := e.C.Client.CoreV1().ServiceAccounts(e.NS)
+	e.UntilWatched(30*time.Second, "the namespace's default ServiceAccount", func(ctx context.Context) (watch.Interface, error) {
+		return sas.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=default"})
+	}, func() bool {
+		_, err := sas.Get(context.Background(), "default", metav1.GetOptions{})
+		return err == nil
+	})
+}
 
 // object reads a workload of any kind through the product's own reader.
 func (e *env) object(kind, name string) *workload.Object {
@@ -185,7 +199,7 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 
 	// A label alone adopts the Deployment: the first pass records (R5) …
 	e.Enable("Deployment", "api")
-	testwait.Eventually(t, 20*time.Second, "labelled Deployment recorded", func() bool {
+	e.UntilDeployments(20*time.Second, "labelled Deployment recorded", func() bool {
 		return e.Annotations("api")[e.Key("last-refreshed-api-digest")] == api
 	})
 	if a := e.object("StatefulSet", "db").Annotations; a[e.Key("last-refreshed-db-digest")] != "" {
@@ -196,18 +210,18 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 	from := ctl.Passes(t, group)
 	e.Kick("api")
 	ctl.WaitPasses(t, group, from, 1)
-	testwait.Eventually(t, 20*time.Second, "labelled Deployment pinned", func() bool { return e.Image("api", "api") == pinned })
+	e.UntilDeployments(20*time.Second, "labelled Deployment pinned", func() bool { return e.Image("api", "api") == pinned })
 	e.Settle("Deployment", "api")
 
 	// C1 holds for a discovered group as for a configured one.
 	e.SetImageAs("helm", "Deployment", "api", "api", e.Repo("api")+":prod")
-	took := testwait.Eventually(t, 10*time.Second, "revert of a discovered target re-pinned", func() bool { return e.Image("api", "api") == pinned })
+	took := e.UntilDeployments(10*time.Second, "revert of a discovered target re-pinned", func() bool { return e.Image("api", "api") == pinned })
 	t.Logf("revert re-pinned after %s", took.Round(time.Millisecond))
 
 	// Labelling the namespace adopts its other workloads, from a cache of
 	// that namespace started when the label is seen.
 	e.Label("Namespace", e.NS, map[string]*string{e.Key("enabled"): e2e.Ptr("true")})
-	testwait.Eventually(t, 20*time.Second, "StatefulSet of the labelled namespace recorded", func() bool {
+	e.UntilWorkload("StatefulSet", "db", 20*time.Second, "StatefulSet of the labelled namespace recorded", func() bool {
 		return e.object("StatefulSet", "db").Annotations[e.Key("last-refreshed-db-digest")] == db
 	})
 
@@ -233,7 +247,7 @@ func TestRun_D1_LabelAdoptsNamespaceLabelAdoptsRevertIsRepinnedAndUnlabelLetsGo(
 	e.Label("Namespace", e.NS, map[string]*string{e.Key("enabled"): nil})
 	e.Label("Deployment", "api", map[string]*string{e.Key("enabled"): nil})
 	for _, w := range [][2]string{{"Deployment", "api"}, {"StatefulSet", "db"}} {
-		testwait.Eventually(t, 20*time.Second, w[0]+" "+w[1]+" let go", func() bool {
+		e.UntilWorkload(w[0], w[1], 20*time.Second, w[0]+" "+w[1]+" let go", func() bool {
 			for k := range e.object(w[0], w[1]).Annotations {
 				if strings.HasPrefix(k, e.Prefix+"/") {
 					return false
@@ -453,10 +467,7 @@ func TestTick_D1_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecrets(t 
 	}
 	ctx := context.Background()
 	sas := e.C.Client.CoreV1().ServiceAccounts(e.NS)
-	testwait.Eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() bool {
-		_, err := sas.Get(ctx, "default", metav1.GetOptions{})
-		return err == nil
-	})
+	e.defaultServiceAccount()
 	if _, err := sas.Patch(ctx, "default", types.MergePatchType, []byte(`{"imagePullSecrets":[{"name":"regcred"}]}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -483,10 +494,7 @@ func TestRun_D1_C6_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecretsF
 	e.Settle("Deployment", "api")
 	ctx := context.Background()
 	sas := e.C.Client.CoreV1().ServiceAccounts(e.NS)
-	testwait.Eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() bool {
-		_, err := sas.Get(ctx, "default", metav1.GetOptions{})
-		return err == nil
-	})
+	e.defaultServiceAccount()
 	if _, err := sas.Patch(ctx, "default", types.MergePatchType, []byte(`{"imagePullSecrets":[{"name":"regcred"}]}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -503,13 +511,13 @@ func TestRun_D1_C6_ADiscoveredWorkloadResolvesWithItsServiceAccountsPullSecretsF
 	ctl := e.StartRun(e.settings(), "--kubeconfig", kubeconfig, "--poll-interval", "1s", "--watch-namespaces", e.NS)
 	ctl.WaitReady(t)
 	e.Enable("Deployment", "api")
-	testwait.Eventually(t, 30*time.Second, "recorded with the ServiceAccount's pull secret", func() bool {
+	e.UntilDeployments(30*time.Second, "recorded with the ServiceAccount's pull secret", func() bool {
 		return e.Annotations("api")[e.Key("last-refreshed-api-digest")] == digest
 	})
 	// A few more polls, each of which rebuilds the keychain (its TTL is the
 	// poll interval) and so reads the ServiceAccount again.
 	from := e.Reg.Count("HEAD", "/v2/acme/api/manifests/prod")
-	testwait.Eventually(t, 30*time.Second, "three more polls", func() bool {
+	e.Reg.Await(t, "three more polls", func() bool {
 		return e.Reg.Count("HEAD", "/v2/acme/api/manifests/prod") >= from+3
 	})
 	mu.Lock()
@@ -648,7 +656,9 @@ func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testin
 		}
 		return *l.Spec.HolderIdentity
 	}
-	testwait.Eventually(t, 30*time.Second, "a leader", func() bool { return holder() != "" })
+	e.UntilWatched(30*time.Second, "a leader", func(ctx context.Context) (watch.Interface, error) {
+		return e.C.Client.CoordinationV1().Leases(e.NS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=image-refresh"})
+	}, func() bool { return holder() != "" })
 	leader.WaitReady(t)
 	first := holder()
 
@@ -679,7 +689,7 @@ func TestRun_C2_D1_AnImageNoGroupUsesAnyMoreIsNoLongerPolled(t *testing.T) {
 	ctl.WaitReady(t)
 	for name, digest := range digests {
 		e.Enable("Deployment", name)
-		testwait.Eventually(t, 20*time.Second, name+" recorded", func() bool {
+		e.UntilDeployments(20*time.Second, name+" recorded", func() bool {
 			return e.Annotations(name)[e.Key("last-refreshed-"+name+"-digest")] == digest
 		})
 	}
@@ -692,7 +702,7 @@ func TestRun_C2_D1_AnImageNoGroupUsesAnyMoreIsNoLongerPolled(t *testing.T) {
 	// poll of api that was already on its way has been answered by then.
 	twoMorePolls := func(what string) {
 		from := asks("web")
-		testwait.Eventually(t, 30*time.Second, what, func() bool { return asks("web") >= from+2 })
+		e.Reg.Await(t, what, func() bool { return asks("web") >= from+2 })
 	}
 	twoMorePolls("web polled while api is managed")
 	if asks("api") == 0 {
@@ -700,7 +710,7 @@ func TestRun_C2_D1_AnImageNoGroupUsesAnyMoreIsNoLongerPolled(t *testing.T) {
 	}
 
 	e.Label("Deployment", "api", map[string]*string{e.Key("enabled"): nil})
-	testwait.Eventually(t, 20*time.Second, "api let go", func() bool {
+	e.UntilDeployments(20*time.Second, "api let go", func() bool {
 		return e.Annotations("api")[e.Key("last-refreshed-api-digest")] == ""
 	})
 	twoMorePolls("web polled after the let-go")
