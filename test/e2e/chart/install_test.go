@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -193,6 +194,13 @@ func checkAccess(t *testing.T, client kubernetes.Interface, want []access) {
 		if r.Status.Allowed != a.allowed {
 			t.Errorf("can-i %s = %v, want %v", a, r.Status.Allowed, a.allowed)
 		}
+	}
+}
+
+// watchDeployment watches Deployment ns/name, for ctl.UntilWatched.
+func (w *world) watchDeployment(ns, name string) testenv.Watcher {
+	return func(ctx context.Context) (watch.Interface, error) {
+		return w.c.Client.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	}
 }
 
@@ -374,7 +382,11 @@ func testInstallControllerRBAC(t *testing.T, w *world) {
 	args = append(args, "--kubeconfig", kubeconfig, "--log-format", "text")
 	ctl := running.Start(t, args)
 	ctl.WaitReady(t) // the informer caches synced
-	ctl.Eventually(t, 30*time.Second, "Lease image-refresh held in the release namespace", func() bool {
+	leases := w.c.Client.CoordinationV1().Leases(w.releaseNS)
+	watchLease := func(ctx context.Context) (watch.Interface, error) {
+		return leases.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=image-refresh"})
+	}
+	ctl.UntilWatched(t, 30*time.Second, "Lease image-refresh held in the release namespace", watchLease, func() bool {
 		l, err := w.c.Client.CoordinationV1().Leases(w.releaseNS).Get(ctx, "image-refresh", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	})
@@ -388,9 +400,9 @@ func testInstallControllerRBAC(t *testing.T, w *world) {
 		metav1.PatchOptions{FieldManager: "helm"}); err != nil {
 		t.Fatal(err)
 	}
-	took := ctl.Eventually(t, 30*time.Second, "revert re-pinned by the controller", func() bool { return w.imageOf(w.ns, "api") == pinned })
+	took := ctl.UntilWatched(t, 30*time.Second, "revert re-pinned by the controller", w.watchDeployment(w.ns, "api"), func() bool { return w.imageOf(w.ns, "api") == pinned })
 	t.Logf("revert re-pinned %s after the write (poll interval 5m: the watch did it)", took.Round(time.Millisecond))
-	ctl.Eventually(t, 30*time.Second, "Lease renewed by the leader (update)", func() bool {
+	ctl.UntilWatched(t, 30*time.Second, "Lease renewed by the leader (update)", watchLease, func() bool {
 		l, err := w.c.Client.CoordinationV1().Leases(w.releaseNS).Get(ctx, "image-refresh", metav1.GetOptions{})
 		return err == nil && l.Spec.RenewTime != nil && renewed != nil && l.Spec.RenewTime.After(renewed.Time)
 	})
@@ -430,7 +442,9 @@ func testInstallWebhookCABundle(t *testing.T, w *world) {
 	args = running.SetFlag(args, "--webhook-port", port)
 	args = append(args, "--webhook-host", "127.0.0.1", "--kubeconfig", kubeconfig, "--log-format", "text")
 	ctl := running.Start(t, args)
-	ctl.Eventually(t, 60*time.Second, "caBundle of the chart's MutatingWebhookConfiguration filled in", func() bool {
+	ctl.UntilWatched(t, 60*time.Second, "caBundle of the chart's MutatingWebhookConfiguration filled in", func(ctx context.Context) (watch.Interface, error) {
+		return w.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=ir-image-refresh"})
+	}, func() bool {
 		mwc, err := w.c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ir-image-refresh", metav1.GetOptions{})
 		return err == nil && len(mwc.Webhooks) == 1 && len(mwc.Webhooks[0].ClientConfig.CABundle) > 0
 	})
@@ -497,7 +511,7 @@ func testInstallDiscoveryDefaults(t *testing.T, w *world) {
 		t.Fatal(err)
 	}
 	key := "image-refresh.io/last-refreshed-api-digest"
-	ctl.Eventually(t, 30*time.Second, "labelled workload recorded", func() bool {
+	ctl.UntilWatched(t, 30*time.Second, "labelled workload recorded", w.watchDeployment(w.ns, "api"), func() bool {
 		d, err := w.c.Client.AppsV1().Deployments(w.ns).Get(ctx, "api", metav1.GetOptions{})
 		return err == nil && d.Annotations[key] == w.digest
 	})
@@ -509,7 +523,7 @@ func testInstallDiscoveryDefaults(t *testing.T, w *world) {
 		}
 	}
 	pinned := w.tagRef() + "@" + w.digest
-	ctl.Eventually(t, 30*time.Second, "labelled workload pinned", func() bool { return w.imageOf(w.ns, "api") == pinned })
+	ctl.UntilWatched(t, 30*time.Second, "labelled workload pinned", w.watchDeployment(w.ns, "api"), func() bool { return w.imageOf(w.ns, "api") == pinned })
 	if logs := ctl.Logs(); strings.Contains(logs, "forbidden") {
 		t.Errorf("controller log has an RBAC denial:\n%s", logs)
 	}
