@@ -58,14 +58,14 @@ real-node-deps:
 # cluster of its own and mostly waits on it) are most of `make test`: they
 # run as one go test, three test binaries at once, longest first, next to
 # one go test of every other package (the second list is go list ./...
-# less the first, so every test runs exactly once, a new package included).
+# less the first, so every test runs exactly once, a new package included),
+# which runs the short fuzz runs when it is done, while the areas still run.
 E2E_AREAS := ./test/e2e/run ./test/e2e/admission ./test/e2e/tick ./test/e2e/discovery
 test: cluster-bin real-node-deps vet vulncheck distribution promtool
 	@areas=$$($(GO) list $(E2E_AREAS)) && pids=() && \
-	{ $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -vxF "$$areas") & pids+=($$!); } && \
+	{ { $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -vxF "$$areas") && $(MAKE) -s fuzz; } & pids+=($$!); } && \
 	{ $(GO) test -race -count=1 -timeout 25m -p 3 $(E2E_AREAS) & pids+=($$!); } && \
 	rc=0 && for p in "$${pids[@]}"; do wait "$$p" || rc=1; done; exit $$rc
-	@$(MAKE) -s fuzz
 
 # govulncheck on ./... against a vulnerability database built locally from the
 # golang.org/x/vulndb module (no online database); fails on any reachable one.
