@@ -11,7 +11,6 @@ import (
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // A CronJob is a target kind by one entry of internal/workload's kind
@@ -106,9 +105,9 @@ func TestRun_C1_ARevertOfACronJobIsRepinnedFromTheWatch(t *testing.T) {
 	ctl.WaitReady(t)
 	ctl.WaitPasses(t, "nightly", 0, 1)
 	e.WriteImageAs("helm", "CronJob", "nightly", "job", tag)
-	took := testwait.Eventually(t, 30*time.Second, "the CronJob's revert re-pinned", func() bool { return e.cronImage("nightly", "job") == pinned })
+	took := e.UntilWorkload("CronJob", "nightly", 30*time.Second, "the CronJob's revert re-pinned", func() bool { return e.cronImage("nightly", "job") == pinned })
 	t.Logf("CronJob revert re-pinned %s after the write", took.Round(time.Millisecond))
-	testwait.Eventually(t, 30*time.Second, "Repinned event naming helm on the CronJob", func() bool {
+	e.UntilEvents(30*time.Second, "Repinned event naming helm on the CronJob", func() bool {
 		return e2e.HasEvent(e.Events("nightly"), "Repinned", "helm")
 	})
 }
@@ -133,12 +132,12 @@ func TestRun_R15_ALockedOutGroupDoesNotWriteAnEventOnEveryPass(t *testing.T) {
 
 	ctl := e.StartRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
 	ctl.WaitReady(t)
-	testwait.Eventually(t, 60*time.Second, "a RefreshLockedOut Event", func() bool {
+	e.UntilEvents(60*time.Second, "a RefreshLockedOut Event", func() bool {
 		return e2e.HasEvent(e.Events("web"), "RefreshLockedOut", "rearm")
 	})
 	// The second report starts the series (one patch); wait past it.
 	from := ctl.WaitPasses(t, "locked", 0, 3)
-	testwait.Eventually(t, 30*time.Second, "the series of the repeated Event", func() bool {
+	e.UntilEvents(30*time.Second, "the series of the repeated Event", func() bool {
 		for _, ev := range e.lockoutEvents() {
 			if ev.Series != nil && ev.Series.Count >= 2 {
 				return true

@@ -8,7 +8,6 @@ import (
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/running"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // O1 on the local cluster: suspend, resume, and the annotation P/suspend
@@ -178,7 +177,7 @@ func TestRun_O1_SuspendHoldsAndResumeAndTheEndActAtOnce(t *testing.T) {
 	heldBack := func(what string) int {
 		return len(e2e.LogLines(ctl.Logs(), "INFO", "is suspended by image-refresh-suspend", what))
 	}
-	testwait.Eventually(t, 60*time.Second, "the new digest held back", func() bool { return heldBack(pinB) > 0 })
+	ctl.UntilLogged(t, "the new digest held back", func(string) bool { return heldBack(pinB) > 0 })
 	e.WriteImageAs("helm", "Deployment", "requests-proxy", "proxy", tag)
 	ctl.KickedPasses(t, e.Env, "control-plane", "requests-proxy")
 	if got := e.Image("requests-proxy", "proxy"); got != tag {
@@ -197,10 +196,10 @@ func TestRun_O1_SuspendHoldsAndResumeAndTheEndActAtOnce(t *testing.T) {
 	if code, _, stderr := e.SuspendCmd(cfg, "resume", "--group", "control-plane"); code != 0 {
 		t.Fatalf("resume: exit %d\n%s", code, stderr)
 	}
-	testwait.Eventually(t, 60*time.Second, "resume acted at once", func() bool {
+	e.UntilDeployments(60*time.Second, "resume acted at once", func() bool {
 		return e.Image("requests-proxy", "proxy") == pinB && e.Image("jobs-manager", "api") == pinB
 	})
-	testwait.Eventually(t, 60*time.Second, "the rollout confirmed", func() bool {
+	e.UntilDeployments(60*time.Second, "the rollout confirmed", func() bool {
 		return e.Annotations("jobs-manager")[e.Key("refresh-attempt")] == "" && e.Annotations("jobs-manager")[e.Key("last-refreshed-api-digest")] == b
 	})
 
@@ -211,7 +210,7 @@ func TestRun_O1_SuspendHoldsAndResumeAndTheEndActAtOnce(t *testing.T) {
 		t.Fatalf("suspend --for 2s: exit %d\n%s", code, stderr)
 	}
 	e.WriteImageAs("helm", "Deployment", "requests-proxy", "proxy", tag)
-	testwait.Eventually(t, 60*time.Second, "the revert held back", func() bool {
+	ctl.UntilLogged(t, "the revert held back", func(string) bool {
 		return heldBack("until 2026-12-02T12:00:02Z") > 0 && strings.Contains(ctl.Logs(), "requests-proxy container proxy "+tag)
 	})
 	// Every event the revert starts has had its pass: its rollout settled
@@ -222,5 +221,5 @@ func TestRun_O1_SuspendHoldsAndResumeAndTheEndActAtOnce(t *testing.T) {
 		t.Fatalf("requests-proxy on %s before the end, want the reverted %s", got, tag)
 	}
 	e.Clock.Add(3 * time.Second)
-	testwait.Eventually(t, 60*time.Second, "the end acted without an event or a resync", func() bool { return e.Image("requests-proxy", "proxy") == pinB })
+	e.UntilDeployments(60*time.Second, "the end acted without an event or a resync", func() bool { return e.Image("requests-proxy", "proxy") == pinB })
 }

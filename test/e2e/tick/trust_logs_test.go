@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // Logs an operator can trust (issue 32): N1's NOTE about an imageID
@@ -116,7 +115,7 @@ func TestRun_R2_R4_StateChangesAreSaidOnceNotOnEveryPass(t *testing.T) {
 	ctl := e.StartRun(cfg, "--poll-interval", "300ms", "--poll-jitter", "0")
 	ctl.WaitReady(t)
 	ctl.WaitPasses(t, "control-plane", 0, 1)
-	testwait.Eventually(t, 30*time.Second, "the stale pin and the skip streak cleared", func() bool {
+	e.UntilDeployments(30*time.Second, "the stale pin and the skip streak cleared", func() bool {
 		a := e.Annotations("jobs-manager")
 		_, stale := a[e.Key("stale-pin-api")]
 		_, skip := a[e.Key("refresh-skip-streak")]

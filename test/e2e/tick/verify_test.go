@@ -12,7 +12,6 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/running"
 	"github.com/image-refresh/image-refresh/test/support/testsign"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // V1 through tick and status on the local cluster, with signatures the
@@ -189,8 +188,8 @@ func TestRun_V1_AnUnsignedPushIsHeldAndLookedUpOnceUntilItsRecheck(t *testing.T)
 	// this run adds is the difference.
 	unverified0, verified0 := verifications(t, ctl, "unverified"), verifications(t, ctl, "verified")
 	d1 := e.Push("api", "prod")
-	testwait.Eventually(t, 30*time.Second, "the unsigned push reported", func() bool {
-		return len(e2e.LogLines(ctl.Logs(), "WARN", d1, "verification policy release", "no signature found")) > 0
+	ctl.UntilLogged(t, "the unsigned push reported", func(logs string) bool {
+		return len(e2e.LogLines(logs, "WARN", d1, "verification policy release", "no signature found")) > 0
 	})
 	ctl.KickedPasses(t, e.Env, "control-plane", "jobs-manager")
 	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
@@ -213,7 +212,7 @@ func TestRun_V1_AnUnsignedPushIsHeldAndLookedUpOnceUntilItsRecheck(t *testing.T)
 		t.Errorf("before its recheck requests-proxy moved to %s", got)
 	}
 	e.Clock.Add(2 * time.Minute)
-	testwait.Eventually(t, 60*time.Second, "the signed digest rolled after its recheck", func() bool {
+	e.UntilDeployments(60*time.Second, "the signed digest rolled after its recheck", func() bool {
 		return e.Image("requests-proxy", "proxy") == onTag+"@"+d1 && e.Image("jobs-manager", "api") == onTag+"@"+d1
 	})
 	if n := verifications(t, ctl, "verified") - verified0; n != 1 {

@@ -8,6 +8,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // DeployHistory records every version of one Deployment the API server
@@ -113,6 +115,35 @@ func (h *DeployHistory) First(match func(DeployVersion) bool) (DeployVersion, bo
 		}
 	}
 	return DeployVersion{}, false
+}
+
+// Await waits until a version match accepts was seen and returns the
+// earliest, as First: checked at once and again on each version the watch
+// delivers, not on a timer; the test's deadline bounds a hang. It fails at
+// once if the watch ended first.
+func (h *DeployHistory) Await(what string, match func(DeployVersion) bool) DeployVersion {
+	h.E.T.Helper()
+	var v DeployVersion
+	testwait.Until(h.E.T, what, h.changes, func() bool {
+		var ok bool
+		if v, ok = h.First(match); ok {
+			return true
+		}
+		select {
+		case <-h.Done:
+			h.E.T.Fatalf("%s: the watch of %s ended", what, h.Name)
+		default:
+		}
+		return false
+	})
+	return v
+}
+
+// changes is closed at the next version the watch delivers.
+func (h *DeployHistory) changes() <-chan struct{} {
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	return h.changed
 }
 
 // Stop ends the watch.

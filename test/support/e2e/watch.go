@@ -28,14 +28,19 @@ func (e *Env) UntilWatched(timeout time.Duration, what string, open testenv.Watc
 	return time.Since(start)
 }
 
+// WatchDeployments watches the namespace's Deployments.
+func (e *Env) WatchDeployments() testenv.Watcher {
+	deployments := e.C.Client.AppsV1().Deployments(e.NS)
+	return func(ctx context.Context) (watch.Interface, error) {
+		return deployments.Watch(ctx, metav1.ListOptions{})
+	}
+}
+
 // UntilDeployments is UntilWatched for a check of the namespace's
 // Deployments (Image, Annotations, StateOf).
 func (e *Env) UntilDeployments(timeout time.Duration, what string, cond func() bool) time.Duration {
 	e.T.Helper()
-	deployments := e.C.Client.AppsV1().Deployments(e.NS)
-	return e.UntilWatched(timeout, what, func(ctx context.Context) (watch.Interface, error) {
-		return deployments.Watch(ctx, metav1.ListOptions{})
-	}, cond)
+	return e.UntilWatched(timeout, what, e.WatchDeployments(), cond)
 }
 
 // UntilWorkload is UntilWatched for a check of one workload of the
@@ -47,4 +52,21 @@ func (e *Env) UntilWorkload(kind, name string, timeout time.Duration, what strin
 		e.T.Fatal(err)
 	}
 	return e.UntilWatched(timeout, what, open, cond)
+}
+
+// WatchEvents watches the namespace's Events: the core and events.k8s.io
+// APIs serve the same objects, so it sees both recorders' writes, a
+// series' updates too.
+func (e *Env) WatchEvents() testenv.Watcher {
+	events := e.C.Client.CoreV1().Events(e.NS)
+	return func(ctx context.Context) (watch.Interface, error) {
+		return events.Watch(ctx, metav1.ListOptions{})
+	}
+}
+
+// UntilEvents is UntilWatched for a check of the namespace's Events
+// (Events, EventsWhere).
+func (e *Env) UntilEvents(timeout time.Duration, what string, cond func() bool) time.Duration {
+	e.T.Helper()
+	return e.UntilWatched(timeout, what, e.WatchEvents(), cond)
 }
