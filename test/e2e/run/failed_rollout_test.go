@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // V2 on the local cluster: a digest whose pods never become Ready (a
@@ -94,18 +93,18 @@ func TestRun_V2_AFailedRolloutIsRolledBackFromWatchEvents(t *testing.T) {
 	ctl.WaitReady(t)
 	bad := e.Push("web", "prod")
 	lb.Fail(bad)
-	testwait.Eventually(t, 60*time.Second, "web re-imaged to the new digest", func() bool { return e.Image("web", "web") == tag+"@"+bad })
+	e.UntilDeployments(60*time.Second, "web re-imaged to the new digest", func() bool { return e.Image("web", "web") == tag+"@"+bad })
 	ctl.KickedPasses(t, e.Env, "v2-run", "web")
 	if got := e.Image("web", "web"); got != tag+"@"+bad {
 		t.Fatalf("rolled back to %s before its deadline, with nothing failing", got)
 	}
 	e.Clock.Add(2 * time.Minute)
 	e.Kick("web")
-	testwait.Eventually(t, 60*time.Second, "web rolled back and the digest quarantined", func() bool {
+	e.UntilDeployments(60*time.Second, "web rolled back and the digest quarantined", func() bool {
 		return e.Image("web", "web") == tag+"@"+first && e.Annotations("web")[e.Key("locked-on-web")] == bad
 	})
 	e.Settle("Deployment", "web")
-	testwait.Eventually(t, 60*time.Second, "the rollback's attempt confirmed", func() bool {
+	e.UntilDeployments(60*time.Second, "the rollback's attempt confirmed", func() bool {
 		_, has := e.Annotations("web")[e.Key("refresh-attempt")]
 		return !has
 	})

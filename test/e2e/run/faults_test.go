@@ -504,7 +504,7 @@ func TestFaults_C1_APIServerRestartDuringRunReestablishesWatches(t *testing.T) {
 
 	reverted := time.Now()
 	e.SetImageAs("helm", "Deployment", "requests-proxy", "proxy", e.Repo("api")+":prod")
-	took := testwait.Eventually(t, 60*time.Second, "the revert after the restart re-pinned", func() bool {
+	took := e.UntilDeployments(60*time.Second, "the revert after the restart re-pinned", func() bool {
 		return e.Image("requests-proxy", "proxy") == pinned
 	})
 	t.Logf("revert made after the restart re-pinned %s after the reverting write settled (%s after the write)", took.Round(time.Millisecond), time.Since(reverted).Round(time.Millisecond))

@@ -110,7 +110,7 @@ func TestRun_O2_C5_GitOpsRevertsNameTheToolAndTheFightEndsWithItsOwnSetting(t *t
 		}()
 	}
 	for _, c := range cases {
-		ctl.Eventually(t, 90*time.Second, c.deploy+": the fight is reported", func() bool {
+		ctl.UntilWatched(t, 90*time.Second, c.deploy+": the fight is reported", e.WatchEvents(), func() bool {
 			return e2e.HasEvent(e.Events(c.deploy), "ImageRewriteFight", c.writer.Manager)
 		})
 	}

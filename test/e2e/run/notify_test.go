@@ -139,6 +139,7 @@ func TestRun_Notify_R1_ADistributionPushRepinsTheTargetsAtOnceWithAnHourPollInte
 	// Distribution retried the seed push's notification until `run`
 	// listened: it is the first hint (the digest had not moved), and costs
 	// one HEAD besides the poller's first.
+	// A metric and Distribution's access log announce nothing: polled.
 	testwait.Eventually(t, 30*time.Second, "the seed push's notification", func() bool {
 		return notifyHints(t, "distribution", "accepted") == accepted+1
 	})

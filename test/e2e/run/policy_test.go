@@ -269,11 +269,19 @@ func TestTick_R24_AClosedWindowHoldsADigestChangeButNotARevert(t *testing.T) {
 type rolloutTimes struct {
 	mu              sync.Mutex
 	wrote, finished map[string]time.Time
+	changed         chan struct{} // closed and replaced on each event
+}
+
+// Changed is closed at the next event of the watch (testwait.Until).
+func (rt *rolloutTimes) Changed() <-chan struct{} {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.changed
 }
 
 func (e *env) watchRollouts(suffix string, names ...string) *rolloutTimes {
 	e.T.Helper()
-	rt := &rolloutTimes{wrote: map[string]time.Time{}, finished: map[string]time.Time{}}
+	rt := &rolloutTimes{wrote: map[string]time.Time{}, finished: map[string]time.Time{}, changed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.T.Cleanup(cancel)
 	w, err := e.C.Client.AppsV1().Deployments(e.NS).Watch(ctx, metav1.ListOptions{})
@@ -301,6 +309,8 @@ func (e *env) watchRollouts(suffix string, names ...string) *rolloutTimes {
 				s.AvailableReplicas == *d.Spec.Replicas && s.Replicas == *d.Spec.Replicas {
 				rt.finished[d.Name] = now
 			}
+			close(rt.changed)
+			rt.changed = make(chan struct{})
 			rt.mu.Unlock()
 		}
 	}()
@@ -346,7 +356,7 @@ func TestRun_R24_MaxConcurrentRolloutsRollsGroupsOneAfterTheOther(t *testing.T) 
 	}
 	next := e.Push("api", "prod")
 	rt := e.watchRollouts("@"+next, names...)
-	testwait.Eventually(t, 60*time.Second, "every group rolled out to the new digest", func() bool {
+	testwait.Until(t, "every group rolled out to the new digest", rt.Changed, func() bool {
 		rt.mu.Lock()
 		defer rt.mu.Unlock()
 		return len(rt.finished) == len(names)
@@ -388,7 +398,7 @@ func TestRun_R22_R24_AWaitingDigestRollsWhenOldEnoughAndTheWindowOpens(t *testin
 	pinB := e.Repo("api") + ":prod@" + b
 	proxy := e.WatchDeployment("requests-proxy")
 
-	testwait.Eventually(t, 30*time.Second, "the new digest first seen", func() bool {
+	e.UntilDeployments(30*time.Second, "the new digest first seen", func() bool {
 		return e.Annotations("jobs-manager")[e.Key("first-seen-api")] == b+" 2026-12-02T12:00:00Z"
 	})
 	if r := e2e.Row(e.Status(cfg), "requests-proxy", "proxy"); r["state"] != "waiting" {
@@ -396,11 +406,11 @@ func TestRun_R22_R24_AWaitingDigestRollsWhenOldEnoughAndTheWindowOpens(t *testin
 	}
 	// Old enough, but the window is still closed.
 	e.Clock.Add(10 * time.Minute)
-	testwait.Eventually(t, 30*time.Second, "window-closed said", func() bool {
-		return len(e2e.LogLines(ctl.Logs(), "INFO", "outside rolloutWindows", "opening 2026-12-02T12:30:00Z")) > 0
+	ctl.UntilLogged(t, "window-closed said", func(logs string) bool {
+		return len(e2e.LogLines(logs, "INFO", "outside rolloutWindows", "opening 2026-12-02T12:30:00Z")) > 0
 	})
 	e.SetImageAs("helm", "Deployment", "requests-proxy", "proxy", e.Repo("api")+":prod")
-	testwait.Eventually(t, 30*time.Second, "the revert re-pinned to the recorded digest", func() bool { return e.Image("requests-proxy", "proxy") == pinA })
+	e.UntilDeployments(30*time.Second, "the revert re-pinned to the recorded digest", func() bool { return e.Image("requests-proxy", "proxy") == pinA })
 	ctl.KickedPasses(t, e.Env, "control-plane", "jobs-manager")
 	if r := e2e.Row(e.Status(cfg), "requests-proxy", "proxy"); r["state"] != "window-closed" || e.Image("requests-proxy", "proxy") != pinA {
 		t.Errorf("status row %v on %s, want window-closed on %s", r, e.Image("requests-proxy", "proxy"), pinA)
@@ -408,9 +418,9 @@ func TestRun_R22_R24_AWaitingDigestRollsWhenOldEnoughAndTheWindowOpens(t *testin
 	// The window opens. The clock is the engine's, also for an attempt's
 	// deadline: move it only with no attempt in flight (the re-pin's
 	// confirmed), or that attempt would read as overdue.
-	testwait.Eventually(t, 30*time.Second, "the re-pin confirmed", func() bool { return e.Annotations("jobs-manager")[e.Key("refresh-attempt")] == "" })
+	e.UntilDeployments(30*time.Second, "the re-pin confirmed", func() bool { return e.Annotations("jobs-manager")[e.Key("refresh-attempt")] == "" })
 	e.Clock.Add(20 * time.Minute)
-	testwait.Eventually(t, 30*time.Second, "rolled inside the window", func() bool { return e.Image("requests-proxy", "proxy") == pinB })
+	e.UntilDeployments(30*time.Second, "rolled inside the window", func() bool { return e.Image("requests-proxy", "proxy") == pinB })
 	if moves, seen := imageMoves(proxy.Take(), "proxy", pinA); moves != 3 {
 		t.Errorf("requests-proxy moved %d times, want 3 (revert, re-pin, roll): %v", moves, seen)
 	}
@@ -449,7 +459,7 @@ func TestRun_R23_ANewDigestRearmsALockedOutGroupAndTheLockedOnDigestIsNeverTried
 	b := e.Push("web", "prod")
 	lb.Fail(b) // its pods run but never become Ready
 	flapKey, attemptKey, lockedOnKey, recordKey := e.Key("refresh-flap-detected"), e.Key("refresh-attempt"), e.Key("locked-on-web"), e.Key("last-refreshed-web-digest")
-	testwait.Eventually(t, 2*time.Minute, "locked out on B after 2 attempts", func() bool {
+	e.UntilDeployments(2*time.Minute, "locked out on B after 2 attempts", func() bool {
 		st := e.StateOf("web")
 		return st[flapKey] == "2" && st[lockedOnKey] == b
 	})
@@ -459,10 +469,10 @@ func TestRun_R23_ANewDigestRearmsALockedOutGroupAndTheLockedOnDigestIsNeverTried
 
 	// The registry publishes a fixed build C while web is still stuck on B.
 	c := e.Push("web", "prod")
-	testwait.Eventually(t, 60*time.Second, "the RearmedByNewDigest Event naming C", func() bool {
+	e.UntilEvents(60*time.Second, "the RearmedByNewDigest Event naming C", func() bool {
 		return e2e.HasEvent(e.Events("web"), "RearmedByNewDigest", c)
 	})
-	testwait.Eventually(t, 60*time.Second, "C rolled, settled and recorded, attempt and lockout cleared", func() bool {
+	e.UntilDeployments(60*time.Second, "C rolled, settled and recorded, attempt and lockout cleared", func() bool {
 		st := e.StateOf("web")
 		return e.Image("web", "web") == tag+"@"+c && st[recordKey] == c && st[flapKey] == "" && st[attemptKey] == ""
 	})
@@ -477,8 +487,8 @@ func TestRun_R23_ANewDigestRearmsALockedOutGroupAndTheLockedOnDigestIsNeverTried
 	// The tag back on B: quarantined, never tried. The WARN is the pass
 	// that saw it; a kicked pass after it must not try B either.
 	e.Reg.MustTag(t, "acme/web", "prod", b)
-	testwait.Eventually(t, 60*time.Second, "the quarantine WARN naming B", func() bool {
-		return len(e2e.LogLines(ctl.Logs(), "WARN", "quarantined", b)) > 0
+	ctl.UntilLogged(t, "the quarantine WARN naming B", func(logs string) bool {
+		return len(e2e.LogLines(logs, "WARN", "quarantined", b)) > 0
 	})
 	ctl.KickedPasses(t, e.Env, "fixes", "web")
 	for _, v := range hist.Take() {
@@ -539,8 +549,8 @@ func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(
 
 	ctl := e.StartRun(cfg, "--workers", "1", "--watch-namespaces", e.NS, "--poll-interval", "1s", "--poll-jitter", "0")
 	ctl.WaitReady(t)
-	testwait.Eventually(t, 60*time.Second, "conf queued behind the discovered group's rollout", func() bool {
-		return len(e2e.LogLines(ctl.Logs(), "INFO", "queued:", discGroup, "group=conf")) > 0
+	ctl.UntilLogged(t, "conf queued behind the discovered group's rollout", func(logs string) bool {
+		return len(e2e.LogLines(logs, "INFO", "queued:", discGroup, "group=conf")) > 0
 	})
 	// Two more passes of conf while disc is still rolling: still queued.
 	ctl.KickedPasses(t, e.Env, "conf", "conf")
@@ -553,7 +563,7 @@ func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(
 
 	// disc's rollout settles: its pass confirms it and conf takes the slot.
 	lb.Fail("")
-	testwait.Eventually(t, 60*time.Second, "conf rolled once the discovered group's rollout settled", func() bool {
+	e.UntilDeployments(60*time.Second, "conf rolled once the discovered group's rollout settled", func() bool {
 		return e.Image("conf", "app") == apiTag+"@"+next
 	})
 	if got := e.Annotations("disc")[e.Key("refresh-attempt")]; got != "" {
@@ -592,15 +602,19 @@ func TestRun_R24_StatusSaysQueuedForAGroupWaitingForARolloutSlot(t *testing.T) {
 		gates[n].Fail(next) // the new pods stay unready until healed
 	}
 	var rolling, waiting string
-	testwait.Eventually(t, 60*time.Second, "one group rolling, the other queued", func() bool {
+	// One group rolls (it stays on next: its new pods are not Ready), then
+	// the other says queued.
+	e.UntilDeployments(60*time.Second, "one group rolling", func() bool {
 		for i, n := range names {
-			other := names[1-i]
-			if e.Image(n, "web") == tag+"@"+next && len(e2e.LogLines(ctl.Logs(), "INFO", "queued:", "group=g-"+other)) > 0 {
-				rolling, waiting = n, other
+			if e.Image(n, "web") == tag+"@"+next {
+				rolling, waiting = n, names[1-i]
 				return true
 			}
 		}
 		return false
+	})
+	ctl.UntilLogged(t, "the other group queued", func(logs string) bool {
+		return len(e2e.LogLines(logs, "INFO", "queued:", "group=g-"+waiting)) > 0
 	})
 	r := e2e.Row(e.Status(cfg), waiting, "web")
 	if r["state"] != "queued" || !strings.Contains(r["message"].(string), "g-"+rolling) {
@@ -613,7 +627,7 @@ func TestRun_R24_StatusSaysQueuedForAGroupWaitingForARolloutSlot(t *testing.T) {
 	// The first rollout settles: the queued group takes the slot.
 	gates[rolling].Fail("")
 	gates[waiting].Fail("")
-	testwait.Eventually(t, 60*time.Second, "the queued group rolled once the slot was free", func() bool {
+	e.UntilDeployments(60*time.Second, "the queued group rolled once the slot was free", func() bool {
 		return e.Image(waiting, "web") == tag+"@"+next && e.Annotations(waiting)[e.Key("last-refreshed-api-digest")] == next
 	})
 	if r := e2e.Row(e.Status(cfg), waiting, "web"); r["state"] != "pinned" {

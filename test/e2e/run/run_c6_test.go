@@ -10,7 +10,6 @@ import (
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 const c6Gate = "lb.acme.example/target-healthy"
@@ -49,15 +48,14 @@ func TestRun_C6_ARevertOfASettledPinIsRepinnedWithoutWaitingForItsRollout(t *tes
 	ctl.WaitReady(t)
 	ctl.WaitPasses(t, "c6-revert", 0, 1)
 	e.WriteImageAs("helm", "Deployment", "web", "web", tag)
-	took := testwait.Eventually(t, 60*time.Second, "revert re-pinned", func() bool { return e.Image("web", "web") == pinned })
+	took := e.UntilDeployments(60*time.Second, "revert re-pinned", func() bool { return e.Image("web", "web") == pinned })
 	t.Logf("revert re-pinned %s after the reverting write, its own rollout unfinished", took.Round(time.Millisecond))
 	// The pass logs after its writes: wait for the line, do not race it.
-	testwait.Eventually(t, 30*time.Second, "the C6 line in the logs", func() bool {
-		logs := ctl.Logs()
+	ctl.UntilLogged(t, "the C6 line in the logs", func(logs string) bool {
 		return strings.Contains(logs, "taken off its pin while settled on it") && strings.Contains(logs, "(C6)")
 	})
 	e.Settle("Deployment", "web")
-	testwait.Eventually(t, 60*time.Second, "the attempt confirmed and cleared by a later pass", func() bool {
+	e.UntilDeployments(60*time.Second, "the attempt confirmed and cleared by a later pass", func() bool {
 		_, has := e.Annotations("web")[e.Key("refresh-attempt")]
 		return !has
 	})
@@ -92,11 +90,11 @@ func TestRun_C6_AGroupStuckRollingNeverDelaysAnotherGroup(t *testing.T) {
 	ctl.WaitReady(t)
 	next := e.Push("web", "prod")
 	lb.Fail(next)
-	testwait.Eventually(t, 60*time.Second, "stuck re-imaged to the new digest", func() bool { return e.Image("stuck", "web") == webTag+"@"+next })
+	e.UntilDeployments(60*time.Second, "stuck re-imaged to the new digest", func() bool { return e.Image("stuck", "web") == webTag+"@"+next })
 	from := ctl.Passes(t, "c6-stuck")
 
 	e.WriteImageAs("helm", "Deployment", "other", "api", apiTag)
-	took := testwait.Eventually(t, 60*time.Second, "other's revert re-pinned", func() bool { return e.Image("other", "api") == apiTag+"@"+apiDigest })
+	took := e.UntilDeployments(60*time.Second, "other's revert re-pinned", func() bool { return e.Image("other", "api") == apiTag+"@"+apiDigest })
 	t.Logf("other re-pinned %s after its revert while stuck was rolling", took.Round(time.Millisecond))
 
 	ctl.WaitPasses(t, "c6-stuck", from, 3)

@@ -11,11 +11,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/running"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 func TestRun_C1_C4_RevertIsRepinnedWithinSecondsAndProbesAndMetricsServe(t *testing.T) {
@@ -29,9 +29,9 @@ func TestRun_C1_C4_RevertIsRepinnedWithinSecondsAndProbesAndMetricsServe(t *test
 	ctl.WaitReady(t)
 	ctl.WaitPasses(t, "control-plane", 0, 1) // the first pass finished
 	e.SetImageAs("helm", "Deployment", "requests-proxy", "proxy", e.Repo("api")+":prod")
-	took := testwait.Eventually(t, 10*time.Second, "revert re-pinned", func() bool { return e.Image("requests-proxy", "proxy") == pinned })
+	took := e.UntilDeployments(10*time.Second, "revert re-pinned", func() bool { return e.Image("requests-proxy", "proxy") == pinned })
 	t.Logf("revert re-pinned %s after the reverting write settled", took.Round(time.Millisecond))
-	testwait.Eventually(t, 10*time.Second, "Repinned event naming helm", func() bool {
+	e.UntilEvents(10*time.Second, "Repinned event naming helm", func() bool {
 		return e2e.HasEvent(e.Events("requests-proxy"), "Repinned", "helm")
 	})
 	_, body := running.Get("http://" + ctl.Metrics + "/metrics")
@@ -71,11 +71,11 @@ func TestRun_C2_NewDigestReachesEveryTargetWithOneHeadPerInterval(t *testing.T) 
 ` + targets.String())
 	e.Tick(cfg) // first observation: recorded
 	ctl := e.StartRun(cfg, "--poll-interval", "2s", "--poll-jitter", "0")
-	testwait.Eventually(t, 60*time.Second, "every target pinned to the first digest", func() bool {
+	e.UntilDeployments(60*time.Second, "every target pinned to the first digest", func() bool {
 		return strings.HasSuffix(e.Image("w19", "app"), first) && strings.HasSuffix(e.Image("w00", "app"), first)
 	})
 	next := e.Push("api", "prod")
-	took := testwait.Eventually(t, 60*time.Second, "every target on the new digest", func() bool {
+	took := e.UntilDeployments(60*time.Second, "every target on the new digest", func() bool {
 		for i := 0; i < n; i++ {
 			if !strings.HasSuffix(e.Image(fmt.Sprintf("w%02d", i), "app"), next) {
 				return false
@@ -94,7 +94,7 @@ func TestRun_C2_NewDigestReachesEveryTargetWithOneHeadPerInterval(t *testing.T) 
 	e.Reg.ResetRequests()
 	from := ctl.Passes(t, "fleet")
 	ctl.WaitPasses(t, "fleet", from, 3)
-	testwait.Eventually(t, 30*time.Second, "the poller's next manifest HEAD", func() bool {
+	e.Reg.Await(t, "the poller's next manifest HEAD", func() bool {
 		return e.Reg.Count("HEAD", "/acme/api/manifests/prod") >= 1
 	})
 	heads := e.Reg.Count("HEAD", "/acme/api/manifests/prod")
@@ -115,7 +115,10 @@ func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
 	pinned := e.Repo("api") + ":prod@" + digest
 	elect := []string{"--poll-interval", "1h", "--leader-elect", "--leader-election-namespace", e.NS, "--leader-election-lease-duration", "3s"}
 	a := e.StartRun(cfg, elect...)
-	testwait.Eventually(t, 30*time.Second, "a leader", func() bool {
+	lease := func(ctx context.Context) (watch.Interface, error) {
+		return e.C.Client.CoordinationV1().Leases(e.NS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=image-refresh"})
+	}
+	a.UntilWatched(t, 30*time.Second, "a leader", lease, func() bool {
 		l, err := e.C.Client.CoordinationV1().Leases(e.NS).Get(context.Background(), "image-refresh", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	})
@@ -123,7 +126,7 @@ func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
 	b.WaitReady(t) // the standby's caches synced: it would act now if it could
 
 	e.SetImageAs("helm", "Deployment", "requests-proxy", "proxy", e.Repo("api")+":prod")
-	testwait.Eventually(t, 15*time.Second, "revert re-pinned by the leader", func() bool { return e.Image("requests-proxy", "proxy") == pinned })
+	e.UntilDeployments(15*time.Second, "revert re-pinned by the leader", func() bool { return e.Image("requests-proxy", "proxy") == pinned })
 	// The leader's passes after its re-pin, on events the standby saw too.
 	a.KickedPasses(t, e.Env, "control-plane", "requests-proxy")
 	if a.Passes(t, "control-plane") == 0 {
@@ -138,7 +141,7 @@ func TestRun_C3_OneLeaderActsAndAnotherTakesOver(t *testing.T) {
 
 	a.Stop(t) // the leader goes away; it releases the Lease
 	e.SetImageAs("helm", "Deployment", "jobs-manager", "api", e.Repo("api")+":prod")
-	took := testwait.Eventually(t, 30*time.Second, "the other replica takes over and re-pins", func() bool { return e.Image("jobs-manager", "api") == pinned })
+	took := b.UntilWatched(t, 30*time.Second, "the other replica takes over and re-pins", e.WatchDeployments(), func() bool { return e.Image("jobs-manager", "api") == pinned })
 	t.Logf("standby took over and re-pinned in %s", took.Round(time.Millisecond))
 }
 
@@ -181,7 +184,7 @@ func TestRun_C5_AWriterThatRewritesEveryRepinIsLeftAloneAfterAFewRounds(t *testi
 			w.Stop()
 		}
 	}()
-	testwait.Eventually(t, 60*time.Second, "the fight is reported", func() bool {
+	e.UntilEvents(60*time.Second, "the fight is reported", func() bool {
 		return e2e.HasEvent(e.Events("jobs-manager"), "ImageRewriteFight", "rogue-controller")
 	})
 	ctl.WaitPasses(t, "control-plane", ctl.Passes(t, "control-plane"), 3)
@@ -242,7 +245,7 @@ func TestRun_C5_AWebhookThatRewritesTheDigestIsBoundedAndReported(t *testing.T) 
 		t.Fatal("the test webhook was not called by the API server")
 	}
 	ctl := e.StartRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0", "--fight-max-repins", "3", "--fight-window", "1m")
-	testwait.Eventually(t, 60*time.Second, "an ImageRewriteFight event", func() bool {
+	e.UntilEvents(60*time.Second, "an ImageRewriteFight event", func() bool {
 		return e2e.HasEvent(e.Events("jobs-manager"), "ImageRewriteFight", "rewrites image references")
 	})
 	ctl.WaitPasses(t, "control-plane", ctl.Passes(t, "control-plane"), 4) // four more passes: the bound must hold

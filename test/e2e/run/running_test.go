@@ -195,14 +195,15 @@ func TestRun_N1_AStaleNodeIsReportedFromTheCache(t *testing.T) {
 	}
 	// The first pass reports what runs and pins (the tick recorded the
 	// digest): the Event names the stale node.
-	testwait.Eventually(t, 60*time.Second, "a RunningStale Event naming node-3", func() bool {
+	e.UntilEvents(60*time.Second, "a RunningStale Event naming node-3", func() bool {
 		return e2e.HasEvent(e.Events("agent"), "RunningStale", "node-3")
 	})
-	testwait.Eventually(t, 60*time.Second, "pinned", func() bool {
+	e.UntilWorkload("DaemonSet", "agent", 60*time.Second, "pinned", func() bool {
 		return e.DaemonSet("agent").Spec.Template.Spec.Containers[0].Image == tag+"@"+latest
 	})
 	// The rollout's end is a watch event and a pass: no pod off the digest.
 	e.Settle("DaemonSet", "agent")
+	// A metric announces nothing: polled.
 	testwait.Eventually(t, 60*time.Second, "image_refresh_pods_off_digest back to 0 once every pod runs the pin", func() bool {
 		return off() == "0"
 	})
@@ -230,7 +231,7 @@ func TestTick_R4_N1_AGroupSkippingForANodeThatWasDownResumesByItself(t *testing.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.C.NodeUp(context.Background(), "node-3") })
-	testwait.Eventually(t, 2*time.Minute, "the DaemonSet counts node-3's pod unavailable", func() bool {
+	e.UntilWorkload("DaemonSet", "agent", 2*time.Minute, "the DaemonSet counts node-3's pod unavailable", func() bool {
 		ds := e.DaemonSet("agent")
 		return ds.Status.NumberAvailable < ds.Status.DesiredNumberScheduled
 	})

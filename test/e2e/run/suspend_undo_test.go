@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // O1 with R25 on the local cluster: the operator suspends a group and rolls
@@ -31,7 +30,7 @@ func rolledToB(t *testing.T, e *env) (cfg, tag, pinA, b, pinB string, ctl *e2e.R
 	e.Clock.Add(time.Minute)
 	b = e.Push("api", "prod")
 	pinB = tag + "@" + b
-	testwait.Eventually(t, 60*time.Second, "rolled to B and recorded", func() bool {
+	e.UntilDeployments(60*time.Second, "rolled to B and recorded", func() bool {
 		an := e.Annotations("jobs-manager")
 		return e.Image("jobs-manager", "api") == pinB && e.Image("requests-proxy", "proxy") == pinB &&
 			an[e.Key("last-refreshed-api-digest")] == b && an[e.Key("refresh-attempt")] == ""
@@ -57,7 +56,7 @@ func TestRun_O1_R25_ASuspensionOutlivesTheRolloutUndoItWasSetFor(t *testing.T) {
 	e.RolloutUndo("jobs-manager")
 	// The undo's watch event starts a pass; it decides on the copy and
 	// puts the suspension and the record B back on the anchor.
-	testwait.Eventually(t, 60*time.Second, "the suspension back on the anchor after the undo", func() bool {
+	e.UntilDeployments(60*time.Second, "the suspension back on the anchor after the undo", func() bool {
 		an := e.Annotations("jobs-manager")
 		return an[suspend] == "true" && an[reason] == "INC-77: B breaks checkout" && an[record] == b
 	})
@@ -81,7 +80,7 @@ func TestRun_O1_R25_ASuspensionOutlivesTheRolloutUndoItWasSetFor(t *testing.T) {
 	// A hand edit: the operator removes P/suspend with kubectl annotate.
 	// The anchor is current (the pass restored it), so the removal stands.
 	e.AnnotateAs("kubectl-annotate", "jobs-manager", map[string]*string{suspend: nil, reason: nil})
-	testwait.Eventually(t, 60*time.Second, "resumed by the hand edit: the undo's image re-pinned to B", func() bool {
+	e.UntilDeployments(60*time.Second, "resumed by the hand edit: the undo's image re-pinned to B", func() bool {
 		return e.Image("jobs-manager", "api") == pinB
 	})
 	if cp := e.StateCopy("jobs-manager"); cp["suspend"] != "" || cp["suspended-since"] != "" || cp["suspended-by"] != "" {
