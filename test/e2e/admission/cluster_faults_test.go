@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/test/support/e2e"
@@ -291,10 +292,30 @@ func TestCluster_R6_ScaledToZeroDeploymentIsPinned(t *testing.T) {
 // use the product's definition of settled, which the test checks.
 func (e *env) observed(deploy string) {
 	e.T.Helper()
-	testwait.Eventually(e.T, 30*time.Second, deploy+" observed", func() bool {
+	e.UntilDeployments(30*time.Second, deploy+" observed", func() bool {
 		d := e.Deployment(deploy)
 		return d.Status.ObservedGeneration == d.Generation
 	})
+}
+
+// gone waits until Deployment deploy, its ReplicaSets and its pods are
+// gone (the garbage collector deletes the ReplicaSets once the Deployment
+// is, then their pods): a watch of each in turn, as each stays gone once
+// it is.
+func (e *env) gone(deploy string) {
+	e.T.Helper()
+	what := deploy + ", its ReplicaSets and pods gone"
+	e.UntilDeployments(60*time.Second, what, func() bool {
+		_, err := e.C.Client.AppsV1().Deployments(e.NS).Get(context.Background(), deploy, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	byApp := metav1.ListOptions{LabelSelector: "app=" + deploy}
+	e.UntilWatched(60*time.Second, what, func(ctx context.Context) (watch.Interface, error) {
+		return e.C.Client.AppsV1().ReplicaSets(e.NS).Watch(ctx, byApp)
+	}, func() bool { return e.Rollouts(deploy) == 0 })
+	e.UntilWatched(60*time.Second, what, func(ctx context.Context) (watch.Interface, error) {
+		return e.C.Client.CoreV1().Pods(e.NS).Watch(ctx, byApp)
+	}, func() bool { return len(e.pods(deploy)) == 0 })
 }
 
 // helmReinstall uninstalls a release and installs it again, the way an
@@ -306,10 +327,7 @@ func (e *env) helmReinstall(h *helmCLI, release, chart, deploy string) (types.UI
 	e.T.Helper()
 	old := e.Deployment(deploy).UID
 	h.run("uninstall", release, "-n", e.NS)
-	testwait.Eventually(e.T, 60*time.Second, "the release's Deployment, ReplicaSets and pods gone", func() bool {
-		_, err := e.C.Client.AppsV1().Deployments(e.NS).Get(context.Background(), deploy, metav1.GetOptions{})
-		return apierrors.IsNotFound(err) && e.Rollouts(deploy) == 0 && len(e.pods(deploy)) == 0
-	})
+	e.gone(deploy)
 	h.run("install", release, chart, "-n", e.NS)
 	e.Settle("Deployment", deploy)
 	return old, e.Deployment(deploy).UID
@@ -388,10 +406,7 @@ func testClusterAnchorRecreatedByHelm(t *testing.T, e *env, h *helmCLI) {
 
 	h.run("uninstall", "web", "-n", e.NS)
 	next := e.Push("web", "prod") // the registry moves while the release is gone
-	testwait.Eventually(t, 60*time.Second, "web, its ReplicaSets and pods gone", func() bool {
-		_, err := e.C.Client.AppsV1().Deployments(e.NS).Get(context.Background(), "web", metav1.GetOptions{})
-		return apierrors.IsNotFound(err) && e.Rollouts("web") == 0 && len(e.pods("web")) == 0
-	})
+	e.gone("web")
 	h.run("install", "web", chart, "-n", e.NS)
 	e.Settle("Deployment", "web")
 	if s := e.StateOf("web"); len(s) != 0 || e.Image("web", "web") != tag {
@@ -555,6 +570,7 @@ func TestCluster_C3_TwoInstancesWithoutLeaderElectionRollEachChangeOnce(t *testi
 		for c, group := range groups {
 			from[c] = c.Passes(t, group)
 		}
+		// The pass counters are metrics, which announce nothing: polled.
 		testwait.Eventually(t, 2*time.Minute, "two more passes of each instance", func() bool {
 			if n := atoiOr0(state()[e.Key("refresh-attempt")]); n > maxAttempt {
 				maxAttempt = n
@@ -571,7 +587,7 @@ func TestCluster_C3_TwoInstancesWithoutLeaderElectionRollEachChangeOnce(t *testi
 	// 1. The registry moves the tag: one rollout to the new digest.
 	next := e.Push("api", "prod")
 	start := time.Now()
-	took := testwait.Eventually(t, 90*time.Second, "both targets on the new digest, recorded, attempt cleared", func() bool {
+	took := e.UntilDeployments(90*time.Second, "both targets on the new digest, recorded, attempt cleared", func() bool {
 		if n := atoiOr0(state()[e.Key("refresh-attempt")]); n > maxAttempt {
 			maxAttempt = n
 		}
@@ -585,7 +601,7 @@ func TestCluster_C3_TwoInstancesWithoutLeaderElectionRollEachChangeOnce(t *testi
 
 	// 2. A re-render reverts web to the tag: re-pinned once.
 	e.SetImageAs("helm", "Deployment", "web", "app", tag)
-	took = testwait.Eventually(t, 60*time.Second, "the revert re-pinned", converged(next))
+	took = e.UntilDeployments(60*time.Second, "the revert re-pinned", converged(next))
 	watchAttempt()
 	if !converged(next)() {
 		t.Fatalf("after the revert the group did not stay converged: %v", state())
@@ -682,19 +698,10 @@ func TestRun_C6_R10_ARolloutNotSettledWithinRolloutTimeoutIsAFailedAttempt(t *te
 	next := e.Push("web", "prod")
 	lb.Fail(next) // its pods run but never become Ready
 	attemptKey, holderKey, flapKey := e.Key("refresh-attempt"), e.Key("refresh-attempt-holder"), e.Key("refresh-flap-detected")
-	var held, second e2e.DeployVersion
-	testwait.Eventually(t, 60*time.Second, "the re-image under attempt 1 with a holder", func() bool {
-		var ok bool
-		held, ok = hist.First(func(v e2e.DeployVersion) bool {
-			return v.Images["web"] == tag+"@"+next && v.Annotations[attemptKey] == "1" && v.Annotations[holderKey] != ""
-		})
-		return ok
+	held := hist.Await("the re-image under attempt 1 with a holder", func(v e2e.DeployVersion) bool {
+		return v.Images["web"] == tag+"@"+next && v.Annotations[attemptKey] == "1" && v.Annotations[holderKey] != ""
 	})
-	testwait.Eventually(t, 60*time.Second, "attempt 2 after attempt 1's deadline", func() bool {
-		var ok bool
-		second, ok = hist.First(func(v e2e.DeployVersion) bool { return v.Annotations[attemptKey] == "2" })
-		return ok
-	})
+	second := hist.Await("attempt 2 after attempt 1's deadline", func(v e2e.DeployVersion) bool { return v.Annotations[attemptKey] == "2" })
 	took := second.At.Sub(held.At)
 	t.Logf("attempt 2 seen %s after attempt 1 (rolloutTimeout 4s; passes every second in between)", took.Round(100*time.Millisecond))
 	if second.Annotations[holderKey] == "" || second.Annotations[holderKey] == held.Annotations[holderKey] {
@@ -712,14 +719,14 @@ func TestRun_C6_R10_ARolloutNotSettledWithinRolloutTimeoutIsAFailedAttempt(t *te
 	if d := h2.Since.Sub(h1.Since); d < 4*time.Second {
 		t.Errorf("attempt 2 was decided at %s, %s after attempt 1 (%s): before its 4 s deadline", h2.Since.Format(time.RFC3339), d, h1.Since.Format(time.RFC3339))
 	}
-	testwait.Eventually(t, 60*time.Second, "locked out after attempt 2's deadline", func() bool { return e.StateOf("web")[flapKey] == "2" })
+	e.UntilDeployments(60*time.Second, "locked out after attempt 2's deadline", func() bool { return e.StateOf("web")[flapKey] == "2" })
 	if got := e.StateOf("web")[attemptKey]; got != "2" {
 		t.Errorf("refresh-attempt = %q after the lockout, want 2 (no attempt past maxRefreshAttempts)", got)
 	}
 	// The pass logs after its writes: wait for its lockout line, then for
 	// two more passes (the first may be the lockout's own, counted after
 	// its line), which must not repeat the ERROR.
-	testwait.Eventually(t, 30*time.Second, "the lockout WARN", func() bool { return len(e2e.LogLines(ctl.Logs(), "WARN", "LOCKED OUT")) > 0 })
+	ctl.UntilLogged(t, "the lockout WARN", func(logs string) bool { return len(e2e.LogLines(logs, "WARN", "LOCKED OUT")) > 0 })
 	ctl.WaitPasses(t, "web", ctl.Passes(t, "web"), 2)
 	if n := len(e2e.LogLines(ctl.Logs(), "ERROR", "rollout not settled within rolloutTimeout 4s")); n != 2 {
 		t.Errorf("%d ERROR lines for a rollout past its deadline, want 2 (one per attempt):\n%s", n, ctl.Logs())

@@ -10,7 +10,6 @@ import (
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
-	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
 // Fix B with the real Helm CLI, each test once per major (subtests helm3
@@ -202,7 +201,7 @@ func testHelmB3(t *testing.T, e *env, h *helmCLI) {
 	// A digest change: fix A (run) moves every target and the record.
 	latest := e.Push("web", "prod")
 	e.StartRun(cfg, "--poll-interval", poll.String(), "--poll-jitter", "0")
-	moved := testwait.Eventually(t, 3*poll, "fix A moves every target to the new digest", func() bool {
+	moved := e.UntilDeployments(3*poll, "fix A moves every target to the new digest", func() bool {
 		return e.Image("web", "web") == tag+"@"+latest && e.Image("state", "app") == tag+"@"+latest &&
 			e.Annotations("state")[e.Key("last-refreshed-web-digest")] == latest
 	})
@@ -216,7 +215,7 @@ func testHelmB3(t *testing.T, e *env, h *helmCLI) {
 	// Helm 3's three-way merge patch puts the old pin back without it.
 	h.run(append([]string{"rollback", "web", "1", "-n", e.NS}, h.forceConflicts()...)...)
 	start := time.Now()
-	took := testwait.Eventually(t, poll, "fix A brings web back to the current digest", func() bool {
+	took := e.UntilDeployments(poll, "fix A brings web back to the current digest", func() bool {
 		return e.Image("web", "web") == tag+"@"+latest
 	})
 	sawOld := false
@@ -271,7 +270,7 @@ func testHelmB2(t *testing.T, e *env, h *helmCLI) {
 	// One real digest change: fix A (run) moves every target and the
 	// record, then more upgrades render the new record and change nothing.
 	latest := e.Push("web", "prod")
-	testwait.Eventually(t, 4*poll, "fix A moves every target and the record to the new digest", func() bool {
+	e.UntilDeployments(4*poll, "fix A moves every target and the record to the new digest", func() bool {
 		return e.Image("web", "web") == tag+"@"+latest && e.Image("state", "app") == tag+"@"+latest &&
 			e.Annotations("state")[e.Key("last-refreshed-web-digest")] == latest
 	})

@@ -515,16 +515,22 @@ func TestSecurity_R20_NoModeLeaksTheRegistryPassword(t *testing.T) {
 		"--metrics-addr", ctl.Metrics, "--health-addr", ctl.Health), " "))
 	d3 := d.Dist.MustPushRandomImage(t, "acme/api", "prod")
 	a3 := d.Dist.MustPushRandomImage(t, "acme/agent", "prod")
-	testwait.Eventually(t, 60*time.Second, "run re-images every target to the new digests and records them", func() bool {
-		return l.Image("jobs-manager", "api") == tag+"@"+d3 && l.Image("requests-proxy", "proxy") == tag+"@"+d3 &&
-			l.agentImage() == agentTag+"@"+a3 && record("Deployment", "jobs-manager", "api") == d3 && record("DaemonSet", "node-agent", "agent") == a3
+	// Each group's workloads, on a watch of their kind: once moved they
+	// stay (nothing is pushed meanwhile).
+	what := "run re-images every target to the new digests and records them"
+	l.UntilDeployments(60*time.Second, what, func() bool {
+		return l.Image("jobs-manager", "api") == tag+"@"+d3 && l.Image("requests-proxy", "proxy") == tag+"@"+d3 && record("Deployment", "jobs-manager", "api") == d3
+	})
+	l.UntilWorkload("DaemonSet", "node-agent", 60*time.Second, what, func() bool {
+		return l.agentImage() == agentTag+"@"+a3 && record("DaemonSet", "node-agent", "agent") == a3
 	})
 	l.SetImageAs("helm", "Deployment", "jobs-manager", "api", tag)
-	testwait.Eventually(t, 20*time.Second, "run re-pins helm's revert of jobs-manager", func() bool {
-		return l.Image("jobs-manager", "api") == tag+"@"+d3 && e2e.HasEvent(l.Events("jobs-manager"), "Repinned", "helm")
-	})
+	what = "run re-pins helm's revert of jobs-manager"
+	l.UntilDeployments(20*time.Second, what, func() bool { return l.Image("jobs-manager", "api") == tag+"@"+d3 })
+	l.UntilEvents(20*time.Second, what, func() bool { return e2e.HasEvent(l.Events("jobs-manager"), "Repinned", "helm") })
 	// The webhook: helm's re-render of requests-proxy to the tag is stored
-	// pinned to the new record, once the webhook's cache has it.
+	// pinned to the new record, once the webhook's cache has it (which
+	// announces nothing: dry runs probe it).
 	testwait.Eventually(t, 20*time.Second, "the webhook pins to the new record", func() bool {
 		dd, err := l.WhTry("helm", "requests-proxy", map[string]string{"proxy": tag}, true)
 		return err == nil && e2e.WhImages(dd)["proxy"] == tag+"@"+d3

@@ -529,13 +529,21 @@ type bareTagWatch struct {
 	opts      metav1.ListOptions
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
+	changed   chan struct{} // closed and replaced on each event delivered
+}
+
+// changes is closed at the next event a watch delivers.
+func (w *bareTagWatch) changes() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
 }
 
 func (e *env) watchBareTag(app, tag string) *bareTagWatch {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := metav1.ListOptions{LabelSelector: "app=" + app}
-	w := &bareTagWatch{cancel: cancel, delivered: map[string]bool{}, e: e, opts: opts}
+	w := &bareTagWatch{cancel: cancel, delivered: map[string]bool{}, e: e, opts: opts, changed: make(chan struct{})}
 	e.T.Cleanup(w.stop)
 	apps, core := e.C.Client.AppsV1(), e.C.Client.CoreV1()
 	sources := map[string]func() (watch.Interface, error){
@@ -563,6 +571,8 @@ func (e *env) watchBareTag(app, tag string) *bareTagWatch {
 					if o, ok := ev.Object.(metav1.Object); ok {
 						w.mu.Lock()
 						w.delivered[kind+" "+string(o.GetUID())+" "+o.GetResourceVersion()] = true
+						close(w.changed)
+						w.changed = make(chan struct{})
 						w.mu.Unlock()
 					}
 					var name string
@@ -595,7 +605,7 @@ func (e *env) watchBareTag(app, tag string) *bareTagWatch {
 // kind (a watch delivers in order).
 func (w *bareTagWatch) take() []string {
 	w.e.T.Helper()
-	testwait.Eventually(w.e.T, 60*time.Second, "the bare-tag watches caught up", w.caughtUp)
+	testwait.Until(w.e.T, "the bare-tag watches caught up", w.changes, w.caughtUp)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := w.seen
@@ -603,26 +613,28 @@ func (w *bareTagWatch) take() []string {
 	return out
 }
 
+// caughtUp is checked on each event a watch delivers (take), not on a
+// timer: a failed list would not be checked again, so it fails the test.
 func (w *bareTagWatch) caughtUp() bool {
 	ctx, e := context.Background(), w.e
 	var objs []string
 	deps, err := e.C.Client.AppsV1().Deployments(e.NS).List(ctx, w.opts)
 	if err != nil {
-		return false
+		e.T.Fatalf("the bare-tag watches caught up: %v", err)
 	}
 	for _, o := range deps.Items {
 		objs = append(objs, "Deployment "+string(o.UID)+" "+o.ResourceVersion)
 	}
 	rss, err := e.C.Client.AppsV1().ReplicaSets(e.NS).List(ctx, w.opts)
 	if err != nil {
-		return false
+		e.T.Fatalf("the bare-tag watches caught up: %v", err)
 	}
 	for _, o := range rss.Items {
 		objs = append(objs, "ReplicaSet "+string(o.UID)+" "+o.ResourceVersion)
 	}
 	pods, err := e.C.Client.CoreV1().Pods(e.NS).List(ctx, w.opts)
 	if err != nil {
-		return false
+		e.T.Fatalf("the bare-tag watches caught up: %v", err)
 	}
 	for _, o := range pods.Items {
 		objs = append(objs, "Pod "+string(o.UID)+" "+o.ResourceVersion)

@@ -91,7 +91,7 @@ func TestWebhook_B1_UpdateBackToTheTagIsPinnedAtAdmission(t *testing.T) {
 	}
 	// The deployment controller has seen the write (a ReplicaSet for a new
 	// template is created before observedGeneration moves to it).
-	testwait.Eventually(t, 60*time.Second, "the deployment controller observed the write", func() bool {
+	e.UntilDeployments(60*time.Second, "the deployment controller observed the write", func() bool {
 		return e.Deployment("requests-proxy").Status.ObservedGeneration >= stored.Generation
 	})
 	if bare := e.whBareTagReplicaSets("requests-proxy", before.UID, tag); len(bare) != len(bareBefore) {
@@ -120,7 +120,7 @@ func TestWebhook_B1_CreateOfAManagedTargetIsPinned(t *testing.T) {
 	if err := deps.Delete(context.Background(), "requests-proxy", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, 30*time.Second, "requests-proxy deleted", func() bool {
+	e.UntilDeployments(30*time.Second, "requests-proxy deleted", func() bool {
 		_, err := deps.Get(context.Background(), "requests-proxy", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -329,6 +329,7 @@ func TestWebhook_B3_FixAHealsARecordThatLags(t *testing.T) {
 			// before the webhook reads it (R4 skips the unsettled group).
 			e.holdUnsettled("requests-proxy", true)
 			e.Annotate("jobs-manager", map[string]*string{e.Key("last-refreshed-api-digest"): e2e.Ptr(old)})
+			// The webhook's cache announces nothing: dry runs probe it.
 			testwait.Eventually(t, time.Minute, "the webhook reads the lagging record", func() bool {
 				d, err := e.WhTry("helm", "requests-proxy", map[string]string{"proxy": repo + ":prod"}, true)
 				return err == nil && e2e.WhImages(d)["proxy"] == repo+":prod@"+old
@@ -341,7 +342,7 @@ func TestWebhook_B3_FixAHealsARecordThatLags(t *testing.T) {
 				t.Fatalf("the record moved to %s while requests-proxy was held unsettled, want it still lagging at %s", got, old)
 			}
 			e.holdUnsettled("requests-proxy", false)
-			took := testwait.Eventually(t, 2*time.Minute, "fix A brings every target and the record to latest", func() bool {
+			took := e.UntilDeployments(2*time.Minute, "fix A brings every target and the record to latest", func() bool {
 				return e.Image("jobs-manager", "api") == repo+":prod@"+latest &&
 					e.Image("requests-proxy", "proxy") == repo+":prod@"+latest &&
 					e.Annotations("jobs-manager")[e.Key("last-refreshed-api-digest")] == latest
