@@ -7,9 +7,14 @@
 // connection or another test binary's ":0" listener can take it, and the
 // server fails with "address already in use" (CI saw a controller's
 // metrics listener fail so). Ports outside that range are never handed out
-// implicitly, so only another explicit picker can collide; a random pick,
-// a probe bind and a per-process memory of the ports already given make
-// that rare.
+// implicitly, so only another explicit picker can collide: the test
+// binaries `go test` runs side by side. Each port given is reserved for
+// the life of the process that took it by a lock on a file named after it
+// (flock, which the kernel drops when the process exits, however it
+// exits), so two test binaries never get the same port while both run
+// (CI saw a kube-controller-manager fail to bind a port another binary's
+// cluster had just taken). A probe bind still skips ports that software
+// not using this package holds.
 package freeport
 
 import (
@@ -17,9 +22,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -29,8 +36,9 @@ const lowest = 10000
 
 var (
 	mu         sync.Mutex
-	given      = map[int]bool{}
-	candidates []int // the ports outside the ephemeral range, read once
+	given      = map[int]*os.File{} // the lock file of each port given, open for the process's life
+	candidates []int                // the ports outside the ephemeral range, read once
+	lockDir    = filepath.Join(os.TempDir(), "image-refresh-freeport")
 )
 
 // Addr returns "127.0.0.1:<port>" for a port that was free when probed.
@@ -67,21 +75,52 @@ func Ports(n int) ([]int, error) {
 	// whole non-ephemeral range is bound has a bigger problem.
 	for tries := 0; len(out) < n && tries < 1000; tries++ {
 		p := candidates[rand.IntN(len(candidates))]
-		if given[p] {
+		if given[p] != nil {
 			continue
+		}
+		f, err := reserve(p)
+		if err != nil {
+			return nil, err
+		}
+		if f == nil {
+			continue // another process holds it
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
+			f.Close() // bound by software that does not use this package
 			continue
 		}
 		l.Close()
-		given[p] = true
+		given[p] = f
 		out = append(out, p)
 	}
 	if len(out) < n {
 		return nil, fmt.Errorf("freeport: found %d of %d free loopback ports in 1000 tries", len(out), n)
 	}
 	return out, nil
+}
+
+// reserve takes the lock of port p for this process: the open lock file,
+// or nil if another process holds it. The file stays open (and locked)
+// until the process exits; the kernel releases the lock then, so a test
+// binary that is killed leaves nothing reserved behind.
+func reserve(p int) (*os.File, error) {
+	if err := os.MkdirAll(lockDir, 0o777); err != nil {
+		return nil, fmt.Errorf("freeport: lock directory: %w", err)
+	}
+	name := filepath.Join(lockDir, strconv.Itoa(p)+".lock")
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("freeport: lock file of port %d: %w", p, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if err == syscall.EWOULDBLOCK {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("freeport: lock port %d: %w", p, err)
+	}
+	return f, nil
 }
 
 // ephemeralRange reads the kernel's range for implicit ports; Linux's

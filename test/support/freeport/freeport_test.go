@@ -1,10 +1,92 @@
 package freeport
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 )
+
+// TestMain lets the test binary play the other test binary of
+// TestPorts_AreNeverGivenToTwoProcessesAtOnce.
+func TestMain(m *testing.M) {
+	if os.Getenv("FREEPORT_CHILD") == "1" {
+		ps, err := Ports(50)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println(strings.Trim(fmt.Sprint(ps), "[]"))
+		io.Copy(io.Discard, os.Stdin) // hold the ports until the parent closes stdin
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestPorts_AreNeverGivenToTwoProcessesAtOnce(t *testing.T) {
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "FREEPORT_CHILD=1")
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the child's ports: %v", err)
+	}
+	var theirs []int
+	for _, f := range strings.Fields(line) {
+		p, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("child said %q", line)
+		}
+		theirs = append(theirs, p)
+	}
+	if len(theirs) != 50 {
+		t.Fatalf("child gave %d ports, want 50: %q", len(theirs), line)
+	}
+	// While the child runs, every port it took is reserved: this process
+	// cannot take one of them, though none is bound.
+	for _, p := range theirs {
+		f, err := reserve(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f != nil {
+			f.Close()
+			t.Fatalf("port %d, taken by the running child, was reserved by this process too", p)
+		}
+	}
+	// Once it exits, the kernel has dropped its locks: the same ports are
+	// free to take (which also proves the check above could pass).
+	stdin.Close()
+	if err := child.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	for _, p := range theirs {
+		f, err := reserve(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == nil {
+			t.Fatalf("port %d is still reserved after the child that took it exited", p)
+		}
+		f.Close()
+	}
+}
 
 func TestPorts_AreOutsideTheEphemeralRangeDistinctAndBindable(t *testing.T) {
 	r := ephemeralRange()
