@@ -59,11 +59,14 @@ real-node-deps:
 # run as one go test, three test binaries at once, longest first, next to
 # one go test of every other package (the second list is go list ./...
 # less the first, so every test runs exactly once, a new package included),
-# which runs the short fuzz runs when it is done, while the areas still run.
+# which runs the short fuzz runs when it is done, while the areas still run
+# (on one fuzz worker each, so that the areas keep the other core);
+# govulncheck, single-threaded, runs beside both and prints when done.
 E2E_AREAS := ./test/e2e/run ./test/e2e/admission ./test/e2e/tick ./test/e2e/discovery
-test: cluster-bin real-node-deps vet vulncheck distribution promtool
+test: cluster-bin real-node-deps vet distribution promtool
 	@areas=$$($(GO) list $(E2E_AREAS)) && pids=() && \
-	{ { $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -vxF "$$areas") && $(MAKE) -s fuzz; } & pids+=($$!); } && \
+	{ { out=$$($(MAKE) -s vulncheck 2>&1); rc=$$?; printf '%s\n' "$$out"; exit $$rc; } & pids+=($$!); } && \
+	{ { $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -vxF "$$areas") && $(MAKE) -s fuzz FUZZPARALLEL=1; } & pids+=($$!); } && \
 	{ $(GO) test -race -count=1 -timeout 25m -p 3 $(E2E_AREAS) & pids+=($$!); } && \
 	rc=0 && for p in "$${pids[@]}"; do wait "$$p" || rc=1; done; exit $$rc
 
@@ -81,7 +84,7 @@ promtool:
 
 # A short run of every fuzz target; the seed corpora live in testdata/fuzz.
 fuzz:
-	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" hack/fuzz.sh
+	@GO="$(GO)" FUZZTIME="$(FUZZTIME)" FUZZPARALLEL="$(FUZZPARALLEL)" hack/fuzz.sh
 
 $(LOCALCLUSTER): $(shell find hack/localcluster test/support/localcluster test/support/testregistry test/support/content -name '*.go' -o -name '*.yaml' -o -name '*.txt' 2>/dev/null)
 	@$(GO) build -o $@ ./hack/localcluster
