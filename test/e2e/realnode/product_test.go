@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/test/support/localcluster"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
@@ -180,12 +181,37 @@ func (w *world) installProductIn(releaseNS string, extra map[string]any) {
 		"-f", w.valuesFile(w.productValues(repository, digest, extra)), "--wait", "--timeout", "4m")
 	w.t.Logf("helm install:\n%s", out)
 	w.t.Cleanup(func() {
-		// --wait with a foreground cascade: the release's pods are gone before the next test starts,
-		// so no controller of this test (its discovery is cluster-wide, as
-		// the chart's default) acts on the next test's workloads.
-		cmd := exec.Command(filepath.Join(w.c.BinDir, "helm"), "uninstall", "ir", "-n", releaseNS, "--wait", "--cascade", "foreground", "--timeout", "2m", "--kubeconfig", w.c.Kubeconfig)
+		// The release's pods are gone before the next test starts, so no
+		// controller of this test (its discovery is cluster-wide, as the
+		// chart's default) acts on the next test's workloads. The test
+		// waits for that itself, on a watch of the pods: Helm 4's
+		// `uninstall --wait` can give up at once, reporting a resource
+		// that is still Terminating under the foreground cascade (CI saw
+		// it so with the ServiceAccount) as an error.
+		cmd := exec.Command(filepath.Join(w.c.BinDir, "helm"), "uninstall", "ir", "-n", releaseNS, "--cascade", "foreground", "--kubeconfig", w.c.Kubeconfig)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			w.t.Errorf("helm uninstall ir: %v\n%s", err, out)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		pods, sel := w.c.Client.CoreV1().Pods(releaseNS), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=ir"}
+		var left []string
+		err := testenv.UntilWatched(ctx, func(ctx context.Context) (watch.Interface, error) {
+			return pods.Watch(ctx, sel)
+		}, func(ctx context.Context) (bool, error) {
+			list, err := pods.List(ctx, sel)
+			if err != nil {
+				return false, err
+			}
+			left = left[:0]
+			for _, p := range list.Items {
+				left = append(left, p.Name)
+			}
+			return len(left) == 0, nil
+		})
+		if err != nil {
+			w.t.Errorf("helm uninstall ir: the release's pods %v are still there: %v", left, err)
 		}
 	})
 }
