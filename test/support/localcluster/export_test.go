@@ -33,3 +33,20 @@ func SetSysctlPaths(root, record, slots string) (restore func()) {
 // RecordSysctls and RestoreSysctls are recordSysctls and restoreSysctls.
 func RecordSysctls() error  { return recordSysctls() }
 func RestoreSysctls() error { return restoreSysctls() }
+
+// ClaimRealNodeNetwork claims a real-node slot and lays its network only
+// (namespace, veth, addresses, routes), no process; TearDown undoes it.
+func ClaimRealNodeNetwork(runDir, name string) (*RealNode, error) {
+	rn, err := claimRealNode(runDir, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := rn.setupNetwork(); err != nil {
+		_ = rn.teardown(nil)
+		return nil, err
+	}
+	return rn, nil
+}
+
+// TearDown is teardown with no cluster processes to stop.
+func (rn *RealNode) TearDown() error { return rn.teardown(nil) }

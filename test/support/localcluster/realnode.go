@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,6 +230,17 @@ func reapStaleRealNodes() {
 	}
 }
 
+// delHostLink deletes the host end of a real node's veth, if it exists.
+func delHostLink(name string) error {
+	if _, err := net.InterfaceByName(name); err != nil {
+		return nil // no such device
+	}
+	if err := ip("", "link", "del", name); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+		return err
+	}
+	return nil
+}
+
 // ip runs an iproute2 command, in the node's namespace when ns is set.
 func ip(ns string, args ...string) error {
 	if ns != "" {
@@ -244,6 +256,11 @@ func ip(ns string, args ...string) error {
 // addresses and routes (see the package comment above).
 func (rn *RealNode) setupNetwork() error {
 	host, peer := rn.NetNS, rn.NetNS+"-n"
+	// A host end left by a node of this slot whose namespace the kernel is
+	// still taking down (or by a killed test binary) is not this node's.
+	if err := delHostLink(host); err != nil {
+		return fmt.Errorf("localcluster: real node network: %w", err)
+	}
 	steps := [][]string{
 		{"", "link", "add", host, "type", "veth", "peer", "name", peer, "netns", rn.NetNS},
 		{"", "addr", "add", rn.HostIP + "/30", "dev", host},
@@ -467,6 +484,12 @@ func (rn *RealNode) teardown(stopProcs func()) error {
 	errs = append(errs, rn.killCgroup())
 	errs = append(errs, rn.unmountUnder())
 	errs = append(errs, rn.removeCgroups())
+	// The host end of the veth goes first, and at once: deleting it deletes
+	// both ends, whereas the devices of a deleted namespace (and with them
+	// the host end) are removed by the kernel in the background, where the
+	// next cluster to claim this slot would find irlc-N still there (CI saw
+	// "RTNETLINK answers: File exists").
+	errs = append(errs, delHostLink(rn.NetNS))
 	if _, err := os.Stat("/run/netns/" + rn.NetNS); err == nil {
 		if err := ip("", "netns", "del", rn.NetNS); err != nil {
 			errs = append(errs, err)

@@ -3,6 +3,7 @@ package localcluster_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ import (
 // back: network namespaces, the node's cgroups, mounts, host routes and
 // iptables rules, the kubelet's sysctls, containerd's shared run directory.
 type machineState struct {
-	netns, cgroups, mounts, routes, iptables, sysctls, containerdRun string
+	netns, links, cgroups, mounts, routes, iptables, sysctls, containerdRun string
 }
 
 func readMachineState(t *testing.T) machineState {
@@ -64,8 +65,16 @@ func readMachineState(t *testing.T) machineState {
 			routes = append(routes, l)
 		}
 	}
+	var links []string // the host ends of the real nodes' veths
+	for _, l := range strings.Split(run("ip", "-o", "link", "show"), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "irlc-") {
+			links = append(links, strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0])
+		}
+	}
+	sort.Strings(links)
 	return machineState{
 		netns:         glob("/run/netns/irlc-*"),
+		links:         strings.Join(links, "\n"),
 		cgroups:       glob("/sys/fs/cgroup/*/irlc-*"),
 		mounts:        strings.Join(mounts, "\n"),
 		routes:        strings.Join(routes, "\n"),
@@ -134,9 +143,9 @@ func TestRealNode_N1_RunsPodsAndLeavesNothingBehind(t *testing.T) {
 		t.Errorf("kubernetes endpoints %+v, want %s", eps.Endpoints, rn.NodeIP)
 	}
 	during := readMachineState(t)
-	if !strings.Contains(during.netns, rn.NetNS) || !strings.Contains(during.cgroups, rn.CgroupRoot) ||
+	if !strings.Contains(during.netns, rn.NetNS) || !strings.Contains(during.links, rn.NetNS) || !strings.Contains(during.cgroups, rn.CgroupRoot) ||
 		!strings.Contains(during.mounts, rn.RunState) || !strings.Contains(during.routes, rn.PodCIDR) {
-		t.Fatalf("the running node is not where the test looks:\nnetns %s\ncgroups %s\nroutes %s", during.netns, during.cgroups, during.routes)
+		t.Fatalf("the running node is not where the test looks:\nnetns %s\nlinks %s\ncgroups %s\nroutes %s", during.netns, during.links, during.cgroups, during.routes)
 	}
 
 	if err := c.Stop(); err != nil {
@@ -159,6 +168,9 @@ func TestRealNode_N1_RunsPodsAndLeavesNothingBehind(t *testing.T) {
 	}
 	for _, d := range []struct{ what, before, after string }{
 		{"network namespaces", mine(before.netns), mine(after.netns)},
+		// The veth's host end is gone when Stop returns, not later: the
+		// next cluster to take this slot creates it again.
+		{"host links", mine(before.links), mine(after.links)},
 		{"cgroups", mine(before.cgroups), mine(after.cgroups)},
 		{"mounts", mine(before.mounts), mine(after.mounts)},
 		{"routes", mine(before.routes), mine(after.routes)},
@@ -181,6 +193,35 @@ func TestRealNode_N1_RunsPodsAndLeavesNothingBehind(t *testing.T) {
 		}
 	} else {
 		t.Logf("another real node ran meanwhile: the sysctls stay as its kubelet set them")
+	}
+}
+
+// TestRealNode_N1_ASlotIsFreeAgainTheMomentItsNodeStopped: the kernel takes
+// a deleted network namespace's devices down in the background, and with
+// the node's end of the veth goes the host's; a node that only deleted its
+// namespace left irlc-N on the host for a while, and the next cluster to
+// claim the slot failed "RTNETLINK answers: File exists" (CI saw it, with
+// the realnode and localcluster packages run side by side). Teardown
+// deletes the host end first; claiming and tearing down in a tight loop
+// finds the slot free every time.
+func TestRealNode_N1_ASlotIsFreeAgainTheMomentItsNodeStopped(t *testing.T) {
+	for i := range 5 {
+		rn, err := localcluster.ClaimRealNodeNetwork(t.TempDir(), fmt.Sprintf("slot-test-%d", i))
+		if err != nil {
+			t.Fatalf("claim %d: %v", i+1, err)
+		}
+		if _, err := net.InterfaceByName(rn.NetNS); err != nil {
+			_ = rn.TearDown()
+			t.Fatalf("claim %d: the host end %s of the veth is not there: %v", i+1, rn.NetNS, err)
+		}
+		if err := rn.TearDown(); err != nil {
+			t.Fatalf("teardown %d: %v", i+1, err)
+		}
+		if _, err := os.Stat(fmt.Sprintf("/run/irlc-%d.json", rn.Slot)); os.IsNotExist(err) { // no other cluster took the slot meanwhile
+			if _, err := net.InterfaceByName(rn.NetNS); err == nil {
+				t.Fatalf("teardown %d returned with the host end %s of the veth still there", i+1, rn.NetNS)
+			}
+		}
 	}
 }
 
