@@ -65,6 +65,9 @@ func Ports(n int) ([]int, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if candidates == nil {
+		if err := os.MkdirAll(lockDir, 0o777); err != nil {
+			return nil, fmt.Errorf("freeport: lock directory: %w", err)
+		}
 		candidates = outsideEphemeral(ephemeralRange())
 	}
 	if len(candidates) == 0 {
@@ -103,11 +106,9 @@ func Ports(n int) ([]int, error) {
 // reserve takes the lock of port p for this process: the open lock file,
 // or nil if another process holds it. The file stays open (and locked)
 // until the process exits; the kernel releases the lock then, so a test
-// binary that is killed leaves nothing reserved behind.
+// binary that is killed leaves nothing reserved behind. Ports has made the
+// lock directory, once, with the candidates.
 func reserve(p int) (*os.File, error) {
-	if err := os.MkdirAll(lockDir, 0o777); err != nil {
-		return nil, fmt.Errorf("freeport: lock directory: %w", err)
-	}
 	name := filepath.Join(lockDir, strconv.Itoa(p)+".lock")
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
