@@ -165,6 +165,11 @@ func TargetString(t config.Target, slot string) string {
 	return fmt.Sprintf("%s init container %s", t.Workload(), t.Container)
 }
 
+// named is TargetString of a target as read.
+func (d *decision) named(t config.Target) string {
+	return TargetString(t, d.obs.Workloads[t.Workload()].Containers[t.Container].Slot)
+}
+
 func ptr(s string) *string { return &s }
 
 func orUnknown(s string) string {
