@@ -42,18 +42,18 @@ func Namespace(t testing.TB, client kubernetes.Interface) string {
 
 // Spec describes a test workload; Option functions fill it.
 type Spec struct {
-	Replicas     int32
-	Containers   []corev1.Container
+	Replicas   int32
+	Containers []corev1.Container
 	// InitContainers run before Containers (K1); ImageVolumes are image
 	// volumes: name → reference.
 	InitContainers []corev1.Container
 	ImageVolumes   []corev1.Volume
-	Recreate     bool
-	TolerateAll  bool
-	PullSecrets  []string
-	Annotations  map[string]string
-	NodeSelector map[string]string
-	Tolerations  []corev1.Toleration
+	Recreate       bool
+	TolerateAll    bool
+	PullSecrets    []string
+	Annotations    map[string]string
+	NodeSelector   map[string]string
+	Tolerations    []corev1.Toleration
 	// ReadinessGates are pod condition types the pods must also report
 	// True to be Ready; MinReadySeconds is how long a pod must have been
 	// Ready to count as available (Deployment).
