@@ -30,11 +30,12 @@ const k1WebhookGroup = `groups:
           - {kind: Deployment, namespace: {{ns}}, name: api, volume: models}
 `
 
-// K1 through fix B and fix A in `run`: helm re-rendering the migration
+// K1 through fix B and fix A in `run`: render pins the init container
+// and the image volume of helm's manifest; helm re-rendering the migration
 // (an init container) or the image volume back to its tag is stored pinned
 // by the webhook; without the webhook, the controller re-pins a revert of
 // the init container from its watch event (C1).
-func TestWebhook_K1_B1_C1_InitContainersAndImageVolumesArePinnedAtAdmissionAndOnTheWatch(t *testing.T) {
+func TestWebhook_K1_B1_B2_C1_InitContainersAndImageVolumesArePinnedAtRenderAtAdmissionAndOnTheWatch(t *testing.T) {
 	e := newEnv(t)
 	api, models := e.Push("api", "prod"), e.Push("models", "v1")
 	tag, modelsTag := e.Repo("api")+":prod", e.Repo("models")+":v1"
@@ -44,6 +45,18 @@ func TestWebhook_K1_B1_C1_InitContainersAndImageVolumesArePinnedAtAdmissionAndOn
 	cfg := e.Config(k1WebhookGroup)
 	e.PinAll(cfg)
 	pinned, modelsPinned := tag+"@"+api, modelsTag+"@"+models
+
+	// render (B2): helm's manifest of the init container and the image
+	// volume comes out pinned from the records on the cluster.
+	manifest := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\nspec:\n  template:\n    spec:\n" +
+		"      initContainers:\n        - name: migrate\n          image: " + tag + "\n" +
+		"      containers:\n        - name: api\n          image: " + tag + "\n" +
+		"      volumes:\n        - name: models\n          image:\n            reference: " + modelsTag + "\n"
+	code, out, logs, _ := e.Render(manifest, "--config", cfg, "--kubeconfig", e.Kubeconfig, "--namespace", e.NS)
+	if want := strings.NewReplacer(tag+"\n", pinned+"\n", modelsTag+"\n", modelsPinned+"\n").Replace(manifest); code != 0 || out != want {
+		t.Errorf("render exit %d:\n%s\nwant:\n%s\nlogs:\n%s", code, out, want, logs)
+	}
+
 	e.WhLabel("api")
 	ctl := e.WhStartProbed(cfg, "api", map[string]string{"api": tag}, "--poll-interval", "1h")
 
