@@ -127,6 +127,40 @@ func (c *apiCounter) since(before map[string]int, reads bool) string {
 	return strings.Join(out, ", ")
 }
 
+// perEach lists every request by "verb resource" since an earlier
+// snapshot, divided by n (requests per revert, say), most frequent first,
+// and the writes among them per n.
+func (c *apiCounter) perEach(before map[string]int, n int) (all, writes string) {
+	if n == 0 {
+		return "none", "0"
+	}
+	_, now := c.snapshot()
+	type kv struct {
+		k string
+		d int
+	}
+	var list []kv
+	w := 0
+	for k, v := range now {
+		if d := v - before[k]; d > 0 {
+			list = append(list, kv{k, d})
+			switch verb, _, _ := strings.Cut(k, " "); verb {
+			case "create", "update", "patch":
+				w += d
+			}
+		}
+	}
+	if len(list) == 0 {
+		return "none", "0"
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].d > list[j].d || list[i].d == list[j].d && list[i].k < list[j].k })
+	out := make([]string, len(list))
+	for i, e := range list {
+		out[i] = fmt.Sprintf("%s %s", e.k, fmtNum(float64(e.d)/float64(n)))
+	}
+	return strings.Join(out, ", "), fmtNum(float64(w) / float64(n))
+}
+
 // verbs are the verbs the steady-state and scale figures report.
 var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -22,7 +24,12 @@ import (
 // taken from a watch. A revert of a settled pin is superseded at once
 // (C6): the re-pin does not wait for the revert's own rollout, so the
 // bench also counts how often that rollout had settled before the re-pin.
-func measureLatency(ctx context.Context, w *world, reverts int) ([]row, error) {
+//
+// The controller's API requests over the series (the confirming passes
+// included, as waitIdle waits for them) are given per revert, by verb and
+// resource; with cpuProfile set, the process's CPU over the series is
+// written there.
+func measureLatency(ctx context.Context, w *world, reverts int, cpuProfile string) ([]row, error) {
 	const ns = "bench-latency"
 	g, tag, digest, err := w.pinnedGroup(ctx, ns, "latency", "lat", 2)
 	if err != nil {
@@ -44,11 +51,19 @@ func measureLatency(ctx context.Context, w *world, reverts int) ([]row, error) {
 	}
 
 	progress("latency: %d reverts of a 2-Deployment group", reverts)
-	start := time.Now()
-	total, guard, err := revertSeries(ctx, w, g, tag, digest, reverts, "latency")
+	_, before := b.api.snapshot()
+	stopProfile, err := startCPUProfile(cpuProfile)
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	total, guard, err := revertSeries(ctx, w, g, tag, digest, reverts, "latency")
+	stopProfile()
+	if err != nil {
+		return nil, err
+	}
+	requests, writes := b.api.perEach(before, len(total))
+	progress("latency: API requests per revert: %s", requests)
 	progress("latency: %d reverts timed in %s", len(total), since(start))
 	settledFirst := 0
 	for i := range total {
@@ -62,7 +77,27 @@ func measureLatency(ctx context.Context, w *world, reverts int) ([]row, error) {
 			"revert write returned → stored spec back on the digest (watch); 2 one-replica Deployments, kwok pods, --workers 4"},
 		{"  revert's own rollout settled before the re-pin", fmt.Sprintf("%d of %d", settledFirst, len(total)), "–", n,
 			"C6: the re-pin supersedes the revert's rollout without waiting for it; counted from the same watch (a settled status on the bare tag seen before the re-pin)"},
+		{"  API requests per revert", requests, "–", n,
+			"the controller's requests by verb and resource over the series (the re-pin and the pass that confirms it settled), divided by the reverts"},
+		{"  writes per revert", writes, "–", n, "create, update and patch among them"},
 	}, nil
+}
+
+// startCPUProfile writes the process's CPU profile to path until the
+// returned func is called; no path, no profile.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
 func pairP(s sample) string {

@@ -69,6 +69,7 @@ type options struct {
 	soakFor                time.Duration
 	seed                   uint64
 	resyncProfile          string
+	latencyProfile         string
 }
 
 func main() {
@@ -97,6 +98,7 @@ func main() {
 	flag.DurationVar(&o.soakFor, "soak-for", 20*time.Minute, "how long the soak phase's schedule of events runs")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the soak phase's random schedule of events")
 	flag.StringVar(&o.resyncProfile, "resync-cpuprofile", "", "write a CPU profile of the scale phase's last resync pass to this file")
+	flag.StringVar(&o.latencyProfile, "latency-cpuprofile", "", "write a CPU profile of the latency phase's revert series to this file")
 	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
 	flag.Parse()
 
@@ -142,7 +144,7 @@ func run(ctx context.Context, o options) int {
 		progress("── %s", phase)
 		switch strings.TrimSpace(phase) {
 		case "latency":
-			got, err = measureLatency(ctx, w, o.reverts)
+			got, err = measureLatency(ctx, w, o.reverts, o.latencyProfile)
 		case "registry":
 			got, err = measureRegistry(ctx, w, o.pollInterval, o.intervals)
 		case "steady":

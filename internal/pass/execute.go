@@ -24,7 +24,11 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 		return
 	}
 	r.clearSkipStreak(ctx, p, anchor)
-	if p.Repin == nil || !r.persistAttempt(ctx, p, anchor) {
+	if p.Repin == nil {
+		return
+	}
+	writeCopy, ok := r.persistAttempt(ctx, p, anchor)
+	if !ok {
 		return
 	}
 	ended := false // the attempt was cleared, or is another process's now
@@ -33,7 +37,7 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 			r.release(ctx, p, anchor)
 		}
 	}()
-	ended = r.reimage(ctx, p, snap, anchor)
+	ended = r.reimage(ctx, p, snap, anchor, writeCopy)
 }
 
 // writeBookkeeping writes the plan's bookkeeping (R13); false when it
@@ -65,31 +69,50 @@ func (r *Runner) clearSkipStreak(ctx context.Context, p *refresh.Plan, anchor wo
 	}
 }
 
-// persistAttempt writes the repin's attempt before anything is re-imaged
-// (R10); false when it failed, and nothing is re-imaged.
-func (r *Runner) persistAttempt(ctx context.Context, p *refresh.Plan, anchor workload.Ref) bool {
+// persistAttempt writes the repin's attempt on the anchor before anything
+// is re-imaged (R10); ok is false when it failed, and nothing is
+// re-imaged. In `run` (Async) the attempt's copy (R25) is left to
+// writeCopy, which reimage runs beside the image patches: a revert's
+// re-pin then waits for the anchor's write alone, as before the copy
+// existed (issue 38). A tick writes the copy here, before any image.
+func (r *Runner) persistAttempt(ctx context.Context, p *refresh.Plan, anchor workload.Ref) (writeCopy func(), ok bool) {
 	rp := p.Repin
+	writeCopy = func() {}
 	if rp.AttemptWrite.Empty() {
-		return true
+		return writeCopy, true
 	}
-	if _, err := r.States().Update(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set); err != nil {
+	var err error
+	if rp.Async {
+		_, writeCopy, err = r.States().UpdateThenCopy(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set)
+	} else {
+		_, err = r.States().Update(ctx, anchor, rp.AttemptWrite.Expect, rp.AttemptWrite.Set)
+	}
+	if err != nil {
 		if errors.Is(err, workload.ErrChanged) {
 			r.lostRace(p, err, "nothing was re-imaged")
-			return false
+			return writeCopy, false
 		}
 		r.fail(p, "persist the attempt counter on %s before re-imaging: %v; nothing was re-imaged", p.Anchor, err)
-		return false
+		return writeCopy, false
 	}
-	return true
+	return writeCopy, true
 }
 
-// reimage writes the repin's image changes (R9) and ends its attempt: at
-// once when admission rewrote every one of them (C5), by the pass that sees
-// the rollout settled in `run` (C6), or after waiting for the rollouts in a
-// tick. It reports whether the attempt ended; if not, Execute releases it.
-func (r *Runner) reimage(ctx context.Context, p *refresh.Plan, snap Snapshot, anchor workload.Ref) (ended bool) {
+// reimage writes the repin's image changes (R9), beside writeCopy, the
+// attempt's copy (persistAttempt), which is done before any other state
+// write, and ends the attempt: at once when admission rewrote every one of
+// them (C5), by the pass that sees the rollout settled in `run` (C6), or
+// after waiting for the rollouts in a tick. It reports whether the attempt
+// ended; if not, Execute releases it.
+func (r *Runner) reimage(ctx context.Context, p *refresh.Plan, snap Snapshot, anchor workload.Ref, writeCopy func()) (ended bool) {
 	rp := p.Repin
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		writeCopy()
+	}()
 	rewrites, failed := r.applyChanges(ctx, p, snap)
+	<-copied
 	if failed {
 		return false
 	}

@@ -16,12 +16,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,12 +77,31 @@ type Store struct {
 	// Timeout bounds each API call on a copy (R14).
 	Timeout time.Duration
 	Log     *slog.Logger
-	// cache, when set, is where Read finds the copies (`run`).
+	// cache, when set, is where Read and Update find the copies (`run`).
 	cache client.Reader
+
+	mu sync.Mutex
+	// written holds, per copy (namespace/name), the resourceVersion of
+	// this store's last write to it, until the cache shows it.
+	written map[string]ownWrite
 }
 
-// SetCache makes Read take the copies from r, the informer cache of `run`
-// (a steady state makes no API request, C6). Update reads them directly.
+// ownWrite is a copy as a write of this store stored it.
+type ownWrite struct {
+	resourceVersion string
+	at              time.Time
+}
+
+// ownWriteFresh bounds how long Update distrusts a cache that does not
+// show this store's last write to a copy: the informer delivers it within
+// milliseconds, and a cache still older after this long missed it for
+// good (the copy was deleted, or written again by someone else).
+const ownWriteFresh = 10 * time.Second
+
+// SetCache makes Read and Update take the copies from r, the informer
+// cache of `run`: a steady state makes no API request (C6), and a state
+// write costs the anchor's GET and PATCH and the copy's write, not a GET
+// of the copy too (issue 38).
 func (s *Store) SetCache(r client.Reader) { s.cache = r }
 
 func (s *Store) keys() state.Keys { return state.Keys{Prefix: s.Prefix} }
@@ -159,7 +180,8 @@ func (s *Store) get(ctx context.Context, namespace, name string) (*corev1.Config
 
 // Update is the compare-and-swap on a group's state (UpdateAnnotations'
 // contract): expect is checked against the current state (Read's choice,
-// read afresh), set is applied to it, and the anchor is written with the
+// on the anchor read afresh and its copy, copyForWrite), set is applied
+// to it, and the anchor is written with the
 // whole current state (so a rewound anchor is restored in the same write)
 // and the next generation; then the copy. A copy that cannot be written
 // is a WARN, not a failed write: the anchor holds the newer generation, so
@@ -176,6 +198,27 @@ func (s *Store) Update(ctx context.Context, ref workload.Ref, expect, set map[st
 // rollback just rewound) and in the copy, which a later rollback cannot
 // reach (R25).
 func (s *Store) UpdateAs(ctx context.Context, ref workload.Ref, manager string, expect, set map[string]*string) (*workload.Object, error) {
+	out, writeCopy, err := s.update(ctx, ref, manager, expect, set)
+	writeCopy()
+	return out, err
+}
+
+// UpdateThenCopy is Update with the copy's write handed back instead of
+// done: when it returns, the anchor holds the new state and its
+// generation, which is what R10 orders before a re-image, and writeCopy
+// writes the copy (a failure is Update's WARN). `run` runs writeCopy
+// beside the re-pin's image patches, which read no state, so that a
+// revert's re-pin waits for no ConfigMap (issue 38). The caller must let
+// writeCopy return before its next write of the group's state; until then
+// the anchor alone holds the newest generation, as after a copy that
+// could not be written. writeCopy is never nil.
+func (s *Store) UpdateThenCopy(ctx context.Context, ref workload.Ref, expect, set map[string]*string) (out *workload.Object, writeCopy func(), err error) {
+	return s.update(ctx, ref, workload.FieldManager, expect, set)
+}
+
+// update writes the anchor and returns the write of the copy that follows
+// it (a no-op when nothing was written).
+func (s *Store) update(ctx context.Context, ref workload.Ref, manager string, expect, set map[string]*string) (*workload.Object, func(), error) {
 	keys := s.keys()
 	var (
 		cm   *corev1.ConfigMap // the copy as read for the write that landed
@@ -183,10 +226,7 @@ func (s *Store) UpdateAs(ctx context.Context, ref workload.Ref, manager string, 
 		gen  uint64
 	)
 	out, err := s.Workloads.UpdateAnnotationsAs(ctx, ref, manager, func(obj *workload.Object) (map[string]*string, error) {
-		c, err := s.get(ctx, ref.Namespace, Name(ref))
-		if apierrors.IsNotFound(err) {
-			c, err = nil, nil
-		}
+		c, err := s.copyForWrite(ctx, obj)
 		if err != nil {
 			return nil, fmt.Errorf("read the copy of the group's state, ConfigMap %s/%s: %w", ref.Namespace, Name(ref), err)
 		}
@@ -211,17 +251,106 @@ func (s *Store) UpdateAs(ctx context.Context, ref workload.Ref, manager string, 
 		return patch, nil
 	})
 	if err != nil || next == nil {
-		return out, err
+		return out, func() {}, err
 	}
-	if err := s.writeCopy(ctx, out, cm, keys.Data(next, gen), gen); err != nil {
-		log := s.Log
-		if log == nil {
-			log = slog.Default()
+	return out, func() {
+		if err := s.writeCopy(ctx, out, cm, keys.Data(next, gen), gen); err != nil {
+			log := s.Log
+			if log == nil {
+				log = slog.Default()
+			}
+			log.Warn("could not write the copy of the group's state; the anchor holds it, and the next write writes the copy again",
+				"anchor", ref.String(), "configMap", ref.Namespace+"/"+Name(ref), "error", err)
 		}
-		log.Warn("could not write the copy of the group's state; the anchor holds it, and the next write writes the copy again",
-			"anchor", ref.String(), "configMap", ref.Namespace+"/"+Name(ref), "error", err)
+	}, nil
+}
+
+// copyForWrite reads the copy of obj's state for a write of it (Update),
+// nil when there is none. With a cache (`run`) it comes from the cache,
+// unless the cache does not show this store's last write to the copy yet,
+// or the cached copy would decide the write: newer than the anchor (a
+// rollback rewound it, R25) or another prefix's. Then, as without a cache,
+// it is read from the API. A cached copy that is merely older than the
+// API's decides nothing: the anchor, read from the API, holds the newer
+// generation and is the state written on (state.Keys.Current), and the
+// copy's own write carries the cached resourceVersion, so a stale base
+// answers 409 and writeCopy reads it again.
+func (s *Store) copyForWrite(ctx context.Context, obj *workload.Object) (*corev1.ConfigMap, error) {
+	ns, name := obj.Ref.Namespace, Name(obj.Ref)
+	if s.cache != nil {
+		cm := &corev1.ConfigMap{}
+		bctx, cancel := s.bounded(ctx)
+		err := s.cache.Get(bctx, client.ObjectKey{Namespace: ns, Name: name}, cm)
+		cancel()
+		switch {
+		case apierrors.IsNotFound(err):
+			cm = nil
+		case err != nil:
+			return nil, err
+		}
+		if s.cacheShowsOwnWrite(ns+"/"+name, cm) && !s.decides(cm, obj) {
+			return cm, nil
+		}
 	}
-	return out, nil
+	cm, err := s.get(ctx, ns, name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return cm, err
+}
+
+// decides reports whether the copy cm would decide a write on obj rather
+// than the anchor's own annotations: another prefix's copy (an error) or
+// one with a higher generation than the anchor's (Current takes it).
+func (s *Store) decides(cm *corev1.ConfigMap, obj *workload.Object) bool {
+	if cm == nil {
+		return false
+	}
+	if cm.Annotations[annotationPrefix] != s.Prefix {
+		return true
+	}
+	c := s.copyOf(cm, obj)
+	return c.Present && c.Generation > s.keys().FromAnnotations(obj.Annotations).Generation
+}
+
+// cacheShowsOwnWrite reports whether the cached copy cm (nil: none) is
+// this store's last write to it or later, or no such write is pending.
+func (s *Store) cacheShowsOwnWrite(key string, cm *corev1.ConfigMap) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.written[key]
+	if !ok {
+		return true
+	}
+	if cm != nil && atLeast(cm.ResourceVersion, w.resourceVersion) || time.Since(w.at) > ownWriteFresh {
+		delete(s.written, key)
+		return true
+	}
+	return false
+}
+
+// wrote remembers a copy this store wrote, for cacheShowsOwnWrite.
+func (s *Store) wrote(cm *corev1.ConfigMap) {
+	if s.cache == nil || cm == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.written == nil {
+		s.written = map[string]ownWrite{}
+	}
+	s.written[cm.Namespace+"/"+cm.Name] = ownWrite{resourceVersion: cm.ResourceVersion, at: time.Now()}
+}
+
+// atLeast reports whether resourceVersion cached is written or a later
+// version of the object (KEP-5504: they compare as integers); one that
+// does not parse counts only when equal.
+func atLeast(cached, written string) bool {
+	if cached == written {
+		return true
+	}
+	cmp, err := resourceversion.CompareResourceVersion(cached, written)
+	return err == nil && cmp >= 0
 }
 
 // writeCopy stores data (of generation gen) in the copy of anchor's state:
@@ -235,8 +364,12 @@ func (s *Store) writeCopy(ctx context.Context, anchor *workload.Object, cm *core
 			c := s.newCopy(anchor)
 			c.Data = data
 			bctx, cancel := s.bounded(ctx)
-			_, err = api.Create(bctx, c, metav1.CreateOptions{FieldManager: workload.FieldManager})
+			var made *corev1.ConfigMap
+			made, err = api.Create(bctx, c, metav1.CreateOptions{FieldManager: workload.FieldManager})
 			cancel()
+			if err == nil {
+				s.wrote(made)
+			}
 		} else {
 			if s.ours(cm, anchor) && s.keys().FromData(cm.Data).Generation >= gen {
 				return nil // a later write of the state got there first
@@ -246,8 +379,12 @@ func (s *Store) writeCopy(ctx context.Context, anchor *workload.Object, cm *core
 			c.Labels, c.Annotations, c.OwnerReferences = merge(c.Labels, fresh.Labels), merge(c.Annotations, fresh.Annotations), fresh.OwnerReferences
 			c.Data = data
 			bctx, cancel := s.bounded(ctx)
-			_, err = api.Update(bctx, c, metav1.UpdateOptions{FieldManager: workload.FieldManager})
+			var stored *corev1.ConfigMap
+			stored, err = api.Update(bctx, c, metav1.UpdateOptions{FieldManager: workload.FieldManager})
 			cancel()
+			if err == nil {
+				s.wrote(stored)
+			}
 		}
 		if err == nil {
 			return nil
@@ -309,6 +446,9 @@ func merge(have, add map[string]string) map[string]string {
 func (s *Store) Delete(ctx context.Context, anchor workload.Ref) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
+	s.mu.Lock()
+	delete(s.written, anchor.Namespace+"/"+Name(anchor))
+	s.mu.Unlock()
 	err := s.Kube.CoreV1().ConfigMaps(anchor.Namespace).Delete(ctx, Name(anchor), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the copy of the state of %s, ConfigMap %s/%s: %w", anchor, anchor.Namespace, Name(anchor), err)
