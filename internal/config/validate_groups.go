@@ -26,7 +26,7 @@ type groupChecks struct {
 }
 
 func (v *validator) groups(groups []Group, prefix string) {
-	// No groups is valid: discovery only (SPEC D1).
+	// No groups is valid: discovery only (D1).
 	gc := &groupChecks{
 		prefix:  prefix,
 		names:   map[string]int{},
@@ -51,7 +51,7 @@ func (v *validator) groups(groups []Group, prefix string) {
 		if v.workload(p+".anchor", g.Anchor) {
 			if j, dup := gc.anchors[g.Anchor]; dup {
 				shared = j
-				v.errorf(p+".anchor", "%s is already the anchor of groups[%d]: the groups would share its %s annotations (SPEC State, R10)",
+				v.errorf(p+".anchor", "%s is already the anchor of groups[%d]: the groups would share its %s annotations (docs/annotations.md)",
 					g.Anchor, j, strings.Join(state.GroupKeyNames(), ", "))
 			} else {
 				gc.anchors[g.Anchor] = i

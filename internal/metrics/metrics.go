@@ -1,4 +1,4 @@
-// Package metrics defines image-refresh's Prometheus metrics (SPEC R15, C4).
+// Package metrics defines image-refresh's Prometheus metrics (R15, C4).
 // One-shot ticks can write them to a node-exporter textfile; the controller
 // serves them on /metrics.
 package metrics
