@@ -35,7 +35,8 @@ func (d *demo) stepRealNode() {
 	a := d.pushBuild(storefront.image, "A")
 	image := d.nodeRepo(storefront.image) + ":" + tag
 
-	d.say("Deployment storefront: 1 replica on %s, imagePullPolicy IfNotPresent, labelled %s/enabled=true.", node, prefix)
+	d.say("Deployment storefront: 1 replica on %s, imagePullPolicy IfNotPresent, labelled %s/enabled=true;", node, prefix)
+	d.say("its database migration runs first, as an init container from the same :%s (docs/images.md).", tag)
 	d.createApp(storefront, image)
 	first := d.appPod(storefront)
 	d.showPod(first, "A", a)
@@ -47,7 +48,7 @@ func (d *demo) stepRealNode() {
 	d.must(d.kube.CoreV1().Pods(namespace).Delete(d.ctx, first.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}), "delete pod "+first.Name)
 	stale := d.appPod(storefront, first.Name)
 	d.showPod(stale, "A", a)
-	d.ok("the new pod runs build A although :%s is build B: containerd's cache answered IfNotPresent", tag)
+	d.ok("the new pod ran build A's migration and runs build A although :%s is build B: containerd's cache answered IfNotPresent", tag)
 
 	d.say("image-refresh sees it: the first tick records B (R5) and names the pod and the node (N1).")
 	logs := d.tick(0)
@@ -65,6 +66,10 @@ func (d *demo) stepRealNode() {
 		d.failf("status does not say storefront is running-stale, 0/1, %s:\n%s", verdict, out)
 	}
 	d.ok("status: storefront is running-stale, 0/1 pods on the recorded digest: %s", strings.Replace(verdict, a, "build A", 1))
+	if row := statusRow(out, "storefront/migrate"); !strings.Contains(row, " (init container) running-stale ") {
+		d.failf("status does not say storefront's migration (an init container) is running-stale:\n%s", out)
+	}
+	d.ok("status: its migration, an init container, is running-stale too: the old migration ran before the new app")
 
 	d.say("The next tick pins the template to :%s@B; the new pod on the same node pulls B by digest.", tag)
 	d.tick(0)
@@ -121,8 +126,12 @@ func (d *demo) createApp(t target, image string) {
 	grace := int64(1)
 	labels := map[string]string{"app": t.name}
 	var meta map[string]string
+	var inits []corev1.Container
 	if t == storefront {
 		meta = map[string]string{prefix + "/enabled": "true"}
+		// The migration: the same image, which says its build and exits 0.
+		inits = []corev1.Container{{Name: "migrate", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+			Env: []corev1.EnvVar{{Name: "EXIT_CODE", Value: "0"}}}}
 	}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: t.name, Namespace: namespace, Labels: meta},
@@ -135,6 +144,7 @@ func (d *demo) createApp(t target, image string) {
 					NodeSelector:                  map[string]string{localcluster.RuntimeLabel: "containerd"},
 					Tolerations:                   []corev1.Toleration{{Key: localcluster.RuntimeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					TerminationGracePeriodSeconds: &grace,
+					InitContainers:                inits,
 					Containers: []corev1.Container{{
 						Name: t.container, Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
 						Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
@@ -184,6 +194,13 @@ func (d *demo) showPod(p *corev1.Pod, build, digest string) {
 	logs := d.kubectl("-n", namespace, "logs", p.Name)
 	if !strings.Contains(logs, "nodeapp: serving build "+build+"\n") {
 		d.failf("pod %s says %q, want build %s", p.Name, strings.TrimSpace(logs), build)
+	}
+	if len(p.Spec.InitContainers) > 0 {
+		logs := d.kubectl("-n", namespace, "logs", p.Name, "-c", p.Spec.InitContainers[0].Name)
+		if !strings.Contains(logs, "nodeapp: build "+build+" exits 0") {
+			d.failf("pod %s's migration says %q, want build %s", p.Name, strings.TrimSpace(logs), build)
+		}
+		d.ok("its migration (init container %s) ran build %s", p.Spec.InitContainers[0].Name, build)
 	}
 	url := "http://" + p.Status.PodIP + ":8080/"
 	code, body := httpGet(url)

@@ -242,7 +242,7 @@ func (d *demo) stepStatus() {
 	// The release's targets and those adopted by their label (steps 6 and 7).
 	want := len(targets) + 1
 	if d.cluster.Real != nil {
-		want++
+		want += 2 // storefront's container and its migration, an init container
 	}
 	if n := strings.Count(out, " pinned "); n != want || strings.Contains(out, "fix:") {
 		d.failf("status does not show every target pinned (%d of %d rows)", n, want)
@@ -254,7 +254,10 @@ func (d *demo) stepStatus() {
 	if row := statusRow(out, "storefront/"+storefront.container); !strings.Contains(row, " pinned ") || !strings.HasSuffix(row, " 1/1 ") {
 		d.failf("status does not show storefront pinned with its pod on the digest (step 7): %q", row)
 	}
-	d.ok("every target pinned; storefront's pod on %s runs the pinned build (1/1)", d.cluster.RealNodeName())
+	if row := statusRow(out, "storefront/migrate"); !strings.Contains(row, " (init container) pinned ") || !strings.HasSuffix(row, " 1/1 ") {
+		d.failf("status does not show storefront's migration pinned with its pod on the digest (step 7): %q", row)
+	}
+	d.ok("every target pinned; storefront's pod on %s runs the pinned build (1/1), its migration too", d.cluster.RealNodeName())
 }
 
 // running is the status state and RUNNING of t (N1), from status -o json.

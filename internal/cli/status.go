@@ -125,10 +125,10 @@ func printRows(w io.Writer, rows []refresh.Row, wide bool) {
 		}
 		if wide {
 			t := r.TargetRef()
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, t.Namespace, t.Kind, t.Name+"/"+t.Container, r.State, orDash(digest), runningCell(r.Running))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, t.Namespace, t.Kind, targetCell(r), r.State, orDash(digest), runningCell(r.Running))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, shortTarget(r.Target), r.State, orDash(shortDigest(digest)), runningCell(r.Running))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, targetCell(r), r.State, orDash(shortDigest(digest)), runningCell(r.Running))
 	}
 	tw.Flush()
 	for _, r := range rows {
@@ -198,14 +198,24 @@ func show(v *string) string {
 	return *v
 }
 
-func shortTarget(t string) string {
-	// "Deployment ns/name container c" -> "name/c": the namespace is in the
-	// detail lines and in -o wide.
-	f := strings.Fields(t)
-	if len(f) == 4 {
-		return f[1][strings.IndexByte(f[1], '/')+1:] + "/" + f[3]
+// targetCell is a row's target in the table: "name/container" (the
+// namespace is in the detail lines and in -o wide), and for an image that
+// is not a container's what holds it: "api/migrate (init container)",
+// "api/models (image volume)" (K1).
+func targetCell(r refresh.Row) string {
+	t := r.TargetRef()
+	name := t.Container
+	if v, ok := t.Volume(); ok {
+		name = v
 	}
-	return t
+	if t.Name == "" {
+		return r.Target
+	}
+	cell := t.Name + "/" + name
+	if r.Slot != "" {
+		cell += " (" + r.Slot + ")"
+	}
+	return cell
 }
 
 func shortDigest(d string) string {

@@ -7,6 +7,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
@@ -71,16 +72,36 @@ type Target struct {
 	Kind      Kind   `yaml:"kind"`
 	Namespace string `yaml:"namespace"`
 	Name      string `yaml:"name"`
+	// Container names the image reference of the pod template this target
+	// is: a container's or an init container's name (they share one name
+	// space in a pod), or VolumePrefix and the name of an image volume
+	// (volumes[].image.reference), which the config writes `volume: NAME`
+	// (K1).
 	Container string `yaml:"container"`
 }
+
+// VolumePrefix marks a Target.Container that names an image volume:
+// "volume:models". A container name is a DNS-1123 label, so it never
+// holds a colon.
+const VolumePrefix = "volume:"
+
+// VolumeKey is the Target.Container of the image volume name.
+func VolumeKey(name string) string { return VolumePrefix + name }
+
+// Volume returns the image volume's name when the target is one.
+func (t Target) Volume() (string, bool) { return strings.CutPrefix(t.Container, VolumePrefix) }
 
 // Workload returns the workload the target's container belongs to.
 func (t Target) Workload() Workload {
 	return Workload{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name}
 }
 
-// String renders the target as "Deployment tb/tb-jobs-manager container api".
+// String renders the target as "Deployment tb/tb-jobs-manager container
+// api", or "… image volume models".
 func (t Target) String() string {
+	if v, ok := t.Volume(); ok {
+		return fmt.Sprintf("%s image volume %s", t.Workload(), v)
+	}
 	return fmt.Sprintf("%s container %s", t.Workload(), t.Container)
 }
 

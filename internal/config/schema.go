@@ -120,10 +120,20 @@ func (d *decoder) image(path string, n *yaml.Node, img *Image) {
 }
 
 func (d *decoder) target(path string, n *yaml.Node, t *Target) {
+	var volume string
 	d.mapping(path, n, map[string]fieldFunc{
 		"kind":      d.str((*string)(&t.Kind)),
 		"namespace": d.str(&t.Namespace),
 		"name":      d.str(&t.Name),
 		"container": d.str(&t.Container),
+		// An image volume of the pod template (K1).
+		"volume": d.str(&volume),
 	})
+	switch {
+	case volume == "":
+	case t.Container != "":
+		d.fail(path, n, "container and volume are exclusive: a target is one container (or init container) or one image volume")
+	default:
+		t.Container = VolumeKey(volume)
+	}
 }

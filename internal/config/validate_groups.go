@@ -155,6 +155,9 @@ func (v *validator) image(path string, img Image, gc *groupChecks) {
 
 func (v *validator) target(path string, t Target) bool {
 	ok := v.workload(path, t.Workload())
+	if vol, isVolume := t.Volume(); isVolume {
+		return v.name(path+".volume", vol, "volume name (DNS-1123 label)", validation.IsDNS1123Label) && ok
+	}
 	ok = v.name(path+".container", t.Container, "container name (DNS-1123 label)", validation.IsDNS1123Label) && ok
 	return ok
 }

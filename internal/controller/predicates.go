@@ -23,17 +23,11 @@ func ownWrite(oldObj, newObj client.Object) bool {
 	return true
 }
 
+// imagesChanged: any image of the pod template, init containers and image
+// volumes included (K1).
 func imagesChanged(oldObj, newObj client.Object) bool {
 	o, n := workload.PodSpec(oldObj), workload.PodSpec(newObj)
-	if o == nil || n == nil || len(o.Containers) != len(n.Containers) {
-		return true
-	}
-	for i := range o.Containers {
-		if o.Containers[i].Name != n.Containers[i].Name || o.Containers[i].Image != n.Containers[i].Image {
-			return true
-		}
-	}
-	return false
+	return o == nil || n == nil || !workload.SameImages(o, n)
 }
 
 // interesting decides which watch events start a reconcile. Not every

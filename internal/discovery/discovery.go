@@ -71,7 +71,8 @@ func (n Note) String() string {
 	if n.Container == "" {
 		return fmt.Sprintf("%s: %s", n.Workload, n.Msg)
 	}
-	return fmt.Sprintf("%s container %s: %s", n.Workload, n.Container, n.Msg)
+	t := config.Target{Kind: n.Workload.Kind, Namespace: n.Workload.Namespace, Name: n.Workload.Name, Container: n.Container}
+	return fmt.Sprintf("%s: %s", t, n.Msg)
 }
 
 // Result is the discovered groups, sorted by name, and the notes.
@@ -200,24 +201,26 @@ func containersOf(k Keys, w config.Workload, obj client.Object) (candidate, []No
 	if spec == nil {
 		return c, nil
 	}
-	for _, ctr := range spec.Containers {
-		if ignored[ctr.Name] {
+	// Every image of the pod template: containers, init containers (native
+	// sidecars included) and image volumes (K1).
+	for _, ctr := range workload.PodImages(spec) {
+		if ignored[ctr.Key] {
 			continue
 		}
 		ref, err := imageref.Parse(ctr.Image)
 		switch {
 		case err != nil:
-			notes = append(notes, Note{Workload: w, Container: ctr.Name, Msg: fmt.Sprintf("not managed: %v", err)})
+			notes = append(notes, Note{Workload: w, Container: ctr.Key, Msg: fmt.Sprintf("not managed: %v", err)})
 			continue
 		case ref.Tag == "" && ref.Digest != "":
 			// No tag to follow: the operator pinned it (R2).
-			notes = append(notes, Note{Workload: w, Container: ctr.Name,
+			notes = append(notes, Note{Workload: w, Container: ctr.Key,
 				Msg: "not managed: pinned by digest with no tag (an operator pin, R2); write repo:tag@digest to have it refreshed"})
 			continue
 		case ref.Tag == "":
 			ref.Tag = "latest" // what the kubelet pulls for a bare repository
 		}
-		c.containers = append(c.containers, discoveredContainer{name: ctr.Name, ref: ref})
+		c.containers = append(c.containers, discoveredContainer{name: ctr.Key, ref: ref})
 	}
 	return c, notes
 }
@@ -243,7 +246,11 @@ func build(prefix, name string, cs []candidate) config.Group {
 				g.Images[i].Targets = append(g.Images[i].Targets, t)
 				continue
 			}
-			n := imageName(prefix, names, ctr.name, c.w.Name+"-"+ctr.name, key)
+			short := ctr.name
+			if v, ok := t.Volume(); ok {
+				short = v // an image volume's name, not its key
+			}
+			n := imageName(prefix, names, short, c.w.Name+"-"+short, key)
 			names[n] = true
 			index[key] = len(g.Images)
 			g.Images = append(g.Images, config.Image{Name: n, Repository: ctr.ref.Repository, Tag: ctr.ref.Tag, Targets: []config.Target{t}})

@@ -47,6 +47,18 @@ func container(name, image string) objOption {
 	}
 }
 
+func initContainer(name, image string) objOption {
+	return func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+		s.InitContainers = append(s.InitContainers, corev1.Container{Name: name, Image: image})
+	}
+}
+
+func imageVolume(name, image string) objOption {
+	return func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+		s.Volumes = append(s.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: image}}})
+	}
+}
+
 func enabled() objOption { return labelled(prefix+"/enabled", "true") }
 
 func deployment(ns, name string, opts ...objOption) client.Object {
@@ -146,6 +158,21 @@ func TestDiscover_D1(t *testing.T) {
 				{Name: "bare", Repository: "reg.example/acme/bare", Tag: "latest", Targets: []config.Target{target("Deployment", "shop", "api", "bare")}},
 			}}},
 			notes: []string{"Deployment shop/api container op: not managed: pinned by digest with no tag (an operator pin, R2)"},
+		},
+		{
+			name: "K1: init containers and image volumes are adopted like containers; one image for one repository:tag; ignore-containers names them too",
+			objs: []client.Object{deployment("shop", "api", enabled(), annotated(prefix+"/ignore-containers", "seed, volume:scratch"),
+				container("app", "reg.example/acme/api:prod"),
+				initContainer("migrate", "reg.example/acme/api:prod"),
+				initContainer("shipper", "reg.example/acme/log:1"),
+				initContainer("seed", "reg.example/acme/seed:1"),
+				imageVolume("models", "reg.example/acme/models:v2"),
+				imageVolume("scratch", "reg.example/acme/scratch:1"))},
+			want: []config.Group{{Name: "shop/deployment/api", Anchor: wl("Deployment", "shop", "api"), Images: []config.Image{
+				{Name: "app", Repository: "reg.example/acme/api", Tag: "prod", Targets: []config.Target{target("Deployment", "shop", "api", "app"), target("Deployment", "shop", "api", "migrate")}},
+				{Name: "shipper", Repository: "reg.example/acme/log", Tag: "1", Targets: []config.Target{target("Deployment", "shop", "api", "shipper")}},
+				{Name: "models", Repository: "reg.example/acme/models", Tag: "v2", Targets: []config.Target{target("Deployment", "shop", "api", "volume:models")}},
+			}}},
 		},
 		{
 			name: "D2: a configured group wins for the workloads it names",

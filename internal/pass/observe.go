@@ -161,6 +161,9 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		st := refresh.Workload{Settled: obj.Settled.Settled, Reason: obj.Settled.Reason, Failed: obj.Settled.FailedReason(), Containers: map[string]refresh.Container{}}
 		for _, c := range obj.Containers {
 			rc := refresh.Container{Image: c.Image, Manager: c.ImageManager}
+			if c.Slot != workload.SlotContainer {
+				rc.Slot = c.Slot.Noun() // K1: status says what holds it
+			}
 			if w, ok := gitops.Identify(c.ImageManager, obj.Labels, obj.Annotations); ok {
 				rc.GitOps = &w // O2: the revert's writer is a GitOps tool
 			}

@@ -144,15 +144,30 @@ func (d *decision) image(img config.Image) {
 
 func (d *decision) row(img config.Image, t config.Target, st State, msg, rem string) {
 	recorded := d.ann[d.keys.Record(img.Name)]
-	live := ""
+	live, slot := "", ""
 	if w, ok := d.obs.Workloads[t.Workload()]; ok {
-		live = w.Containers[t.Container].Image
+		live, slot = w.Containers[t.Container].Image, w.Containers[t.Container].Slot
 	}
 	d.p.Rows = append(d.p.Rows, Row{
-		Group: d.p.Group, Image: img.Name, Repository: img.Repository, Tag: img.Tag, Target: t.String(),
+		Group: d.p.Group, Image: img.Name, Repository: img.Repository, Tag: img.Tag, Target: TargetString(t, slot), Slot: slot,
 		Latest: d.obs.Latest[img.Name].Digest, Recorded: recorded, Live: live, State: st,
 		Attempts: d.p.Attempts, SkipStreak: d.p.SkipStreak, Message: msg, Remediation: rem, target: t,
 	})
+}
+
+// TargetString names a target for people, with what holds its image:
+// "Deployment shop/api init container migrate" (K1); slot as
+// Container.Slot.
+func TargetString(t config.Target, slot string) string {
+	if slot != "init container" {
+		return t.String() // "… container api", "… image volume models"
+	}
+	return fmt.Sprintf("%s init container %s", t.Workload(), t.Container)
+}
+
+// named is TargetString of a target as read.
+func (d *decision) named(t config.Target) string {
+	return TargetString(t, d.obs.Workloads[t.Workload()].Containers[t.Container].Slot)
 }
 
 func ptr(s string) *string { return &s }

@@ -208,9 +208,14 @@ type Workload struct {
 	Containers map[string]Container
 }
 
-// Container is one container's live image and who last wrote it.
+// Container is one image of the pod template (a container's, an init
+// container's or an image volume's, K1): its live reference and who last
+// wrote it.
 type Container struct {
-	Image   string
+	Image string
+	// Slot says what holds the image for people: "" for a container,
+	// "init container", "image volume".
+	Slot    string
 	Manager string // field manager of .image, from managedFields
 	// GitOps is the GitOps controller behind Manager, with its
 	// application (O2); nil for any other writer.

@@ -248,11 +248,14 @@ const (
 
 // Row is one (group, image, target) line of `status`.
 type Row struct {
-	Group       string `json:"group"`
-	Image       string `json:"image"`
-	Repository  string `json:"repository"`
-	Tag         string `json:"tag"`
-	Target      string `json:"target"`
+	Group      string `json:"group"`
+	Image      string `json:"image"`
+	Repository string `json:"repository"`
+	Tag        string `json:"tag"`
+	Target     string `json:"target"`
+	// Slot is what holds the target's image when it is not a container:
+	// "init container" or "image volume" (K1).
+	Slot        string `json:"slot,omitempty"`
 	Latest      string `json:"latest"`
 	Recorded    string `json:"recorded"`
 	Live        string `json:"live"`

@@ -122,7 +122,7 @@ func (d *decision) running() {
 		if unknown > 0 {
 			r.Running += fmt.Sprintf(" (%d unknown)", unknown)
 			d.find(Finding{Severity: SeverityNote, Image: r.Image, Target: &t,
-				Message: fmt.Sprintf("%d pod(s) of %s report an imageID without a repository digest: what they run is unknown, not counted as on %s", unknown, t, want)})
+				Message: fmt.Sprintf("%d pod(s) of %s report an imageID without a repository digest: what they run is unknown, not counted as on %s", unknown, d.named(t), want)})
 		}
 		w := d.obs.Workloads[t.Workload()]
 		if len(off) == 0 || !w.Settled {
@@ -133,7 +133,7 @@ func (d *decision) running() {
 		default:
 			continue // a state that needs attention first says more
 		}
-		msg := fmt.Sprintf("%s runs another build than %s: %s", t, want, strings.Join(off, "; "))
+		msg := fmt.Sprintf("%s runs another build than %s: %s", d.named(t), want, strings.Join(off, "; "))
 		r.State, r.Message = StateRunningStale, msg
 		r.Remediation = runningStaleRemediation(t, r.Live)
 		d.find(Finding{Severity: SeverityWarn, Reason: ReasonRunningStale, Image: r.Image, Target: &t,

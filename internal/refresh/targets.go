@@ -27,7 +27,11 @@ func (d *decision) readTargets(img config.Image) bool {
 		c, found := w.Containers[t.Container]
 		if !found {
 			ok = false
-			msg := fmt.Sprintf("configuration error: %s has no container %q (target %s)", t.Workload(), t.Container, t)
+			what, name := "container", t.Container
+			if v, ok := t.Volume(); ok {
+				what, name = "image volume", v
+			}
+			msg := fmt.Sprintf("configuration error: %s has no %s %q (target %s)", t.Workload(), what, name, t)
 			rem := "fix the container name of this target in the config"
 			d.find(Finding{Severity: SeverityError, Reason: ReasonRefreshError, Image: img.Name, Target: &t, Message: msg, Remediation: rem, NeedsHuman: true})
 			d.row(img, t, StateError, msg, rem)

@@ -32,6 +32,9 @@ groups:
           - {kind: DaemonSet, namespace: tb, name: agent, container: agent}
           - {kind: StatefulSet, namespace: tb, name: db, container: api}
           - {kind: CronJob, namespace: tb, name: nightly, container: api}
+          - {kind: Deployment, namespace: tb, name: api, container: migrate}
+          - {kind: Deployment, namespace: tb, name: api, container: shipper}
+          - {kind: Deployment, namespace: tb, name: api, volume: models}
       - name: hub
         repository: acme/hub
         tag: v1
@@ -133,9 +136,27 @@ func TestPin_B2(t *testing.T) {
 			in:   deploy("staging", "api", "        - name: api\n          image: "+tag+"\n"),
 		},
 		{
-			name: "another container of a target workload, and init containers, are not managed",
+			name: "another container or init container of a target workload is not managed",
 			in: deploy("tb", "api", "        - name: sidecar\n          image: "+tag+"\n") +
-				"      initContainers:\n        - name: api\n          image: " + tag + "\n",
+				"      initContainers:\n        - name: seed\n          image: " + tag + "\n",
+		},
+		{
+			name: "K1: an init container that is a target is pinned like a container, a native sidecar too",
+			in: deploy("tb", "api", "        - name: sidecar\n          image: "+tag+"\n") +
+				"      initContainers:\n        - name: migrate\n          image: " + tag + "\n" +
+				"        - name: shipper\n          restartPolicy: Always\n          image: " + tag + "\n",
+			want: deploy("tb", "api", "        - name: sidecar\n          image: "+tag+"\n") +
+				"      initContainers:\n        - name: migrate\n          image: " + pinned + "\n" +
+				"        - name: shipper\n          restartPolicy: Always\n          image: " + pinned + "\n",
+		},
+		{
+			name: "K1: an image volume that is a target is pinned at its reference; other volumes are left alone",
+			in: deploy("tb", "api", "        - name: sidecar\n          image: "+tag+"\n") +
+				"      volumes:\n        - name: scratch\n          emptyDir: {}\n        - name: models\n          image:\n            reference: " + tag + "\n            pullPolicy: IfNotPresent\n" +
+				"        - name: other\n          image: {reference: " + tag + "}\n",
+			want: deploy("tb", "api", "        - name: sidecar\n          image: "+tag+"\n") +
+				"      volumes:\n        - name: scratch\n          emptyDir: {}\n        - name: models\n          image:\n            reference: " + pinned + "\n            pullPolicy: IfNotPresent\n" +
+				"        - name: other\n          image: {reference: " + tag + "}\n",
 		},
 		{
 			name: "a Deployment of another API group is not managed",

@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
@@ -73,7 +72,7 @@ func (w *walker) object(n *yaml.Node, depth int) {
 
 	shared := ""
 	cur := n
-	for _, key := range append(slices.Clip(k.PodSpecPath), "containers") {
+	for _, key := range k.PodSpecPath {
 		next, how := field(cur, key)
 		if next == nil {
 			return
@@ -83,47 +82,83 @@ func (w *walker) object(n *yaml.Node, depth int) {
 		}
 		cur, _ = resolve(next)
 	}
-	if cur.Kind != yaml.SequenceNode {
-		return
+	// Every image of the pod spec: containers, init containers and image
+	// volumes (K1).
+	for _, slot := range []struct{ list, noun string }{{"containers", "container"}, {"initContainers", "init container"}, {"volumes", "image volume"}} {
+		list, how := field(cur, slot.list)
+		if list == nil {
+			continue
+		}
+		listShared := shared
+		if how != "" {
+			listShared = fmt.Sprintf("its %s is written through a YAML %s, so its text is shared", slot.list, how)
+		}
+		list, _ = resolve(list)
+		if list.Kind != yaml.SequenceNode {
+			continue
+		}
+		for _, item := range list.Content {
+			w.item(k, namespace, scalar(name), defaulted, slot.list == "volumes", slot.noun, listShared, item)
+		}
 	}
-	for _, item := range cur.Content {
-		ctr, aliased := resolve(item)
-		cname, _ := field(ctr, "name")
-		t := config.Target{Kind: k.Name, Namespace: namespace, Name: scalar(name), Container: scalar(cname)}
-		m, ok := w.s.targets[t]
-		if !ok {
-			if defaulted {
-				w.hint(t)
-			}
-			continue
-		}
-		st := site{doc: w.doc, target: t, group: m.group, image: m.image, pinFormat: m.pinFormat, shared: shared}
-		if aliased {
-			st.shared = "the container is a YAML alias, so its text is shared"
-		}
-		img, how := field(ctr, "image")
-		if img == nil {
-			w.s.notes = append(w.s.notes, Note{Group: m.group, Image: m.image.Name, Where: st.where(), Reason: "the container has no image field", Warning: true})
-			continue
+}
+
+// item visits one entry of a pod spec's containers, initContainers or
+// volumes.
+func (w *walker) item(k *workload.Kind, namespace, name string, defaulted, volume bool, noun, shared string, item *yaml.Node) {
+	ctr, aliased := resolve(item)
+	cname, _ := field(ctr, "name")
+	key := scalar(cname)
+	holder := ctr // the mapping that holds the image scalar
+	if volume {
+		src, how := field(ctr, "image")
+		if src == nil {
+			return // not an image volume
 		}
 		if how != "" {
-			st.shared = "the image is written through a YAML " + how
+			shared = "the volume's image is written through a YAML " + how
 		}
-		st.node, aliased = resolve(img)
-		switch {
-		case aliased:
-			st.shared = "the image is a YAML alias (*" + img.Value + "), so its text is shared"
-		case st.node.Anchor != "":
-			st.shared = "the image carries a YAML anchor (&" + st.node.Anchor + ") that other nodes may alias"
-		case st.node.Kind != yaml.ScalarNode:
-			st.shared = "the image is not a scalar"
-		case st.node.Style&yaml.TaggedStyle != 0:
-			st.shared = "the image has an explicit YAML tag"
-		case st.node.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0:
-			st.shared = "the image is a block scalar"
-		}
-		w.s.sites = append(w.s.sites, st)
+		holder, _ = resolve(src)
+		key = config.VolumeKey(key)
 	}
+	t := config.Target{Kind: k.Name, Namespace: namespace, Name: name, Container: key}
+	m, ok := w.s.targets[t]
+	if !ok {
+		if defaulted {
+			w.hint(t)
+		}
+		return
+	}
+	st := site{doc: w.doc, target: t, group: m.group, image: m.image, pinFormat: m.pinFormat, shared: shared}
+	if aliased {
+		st.shared = "the " + noun + " is a YAML alias, so its text is shared"
+	}
+	imageKey := "image"
+	if volume {
+		imageKey = "reference"
+	}
+	img, how := field(holder, imageKey)
+	if img == nil {
+		w.s.notes = append(w.s.notes, Note{Group: m.group, Image: m.image.Name, Where: st.where(), Reason: "the " + noun + " has no " + imageKey + " field", Warning: true})
+		return
+	}
+	if how != "" {
+		st.shared = "the image is written through a YAML " + how
+	}
+	st.node, aliased = resolve(img)
+	switch {
+	case aliased:
+		st.shared = "the image is a YAML alias (*" + img.Value + "), so its text is shared"
+	case st.node.Anchor != "":
+		st.shared = "the image carries a YAML anchor (&" + st.node.Anchor + ") that other nodes may alias"
+	case st.node.Kind != yaml.ScalarNode:
+		st.shared = "the image is not a scalar"
+	case st.node.Style&yaml.TaggedStyle != 0:
+		st.shared = "the image has an explicit YAML tag"
+	case st.node.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0:
+		st.shared = "the image is a block scalar"
+	}
+	w.s.sites = append(w.s.sites, st)
 }
 
 // hint notes a container of a document without metadata.namespace that is

@@ -98,7 +98,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	ops := make([]jsonpatch.JsonPatchOperation, 0, len(pins))
 	for _, p := range pins {
 		k, _ := workload.LookupKind(p.Target.Kind)
-		ops = append(ops, jsonpatch.NewOperation("replace", fmt.Sprintf("%s/containers/%d/image", k.PodSpecPointer(), p.Index), p.To))
+		ops = append(ops, jsonpatch.NewOperation("replace", p.At.Pointer(k.PodSpecPointer()), p.To))
 		if h.metrics != nil && !dryRun {
 			h.metrics.AdmissionPins.WithLabelValues(p.Group, p.Image).Inc()
 		}
@@ -135,7 +135,9 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 	if err := utiljson.Unmarshal(req.Object.Raw, obj); err != nil {
 		return nil, fmt.Errorf("decode the admitted %s: %w", req.Kind.Kind, err)
 	}
-	containers := workload.PodSpec(obj).Containers
+	// Every image of the pod template: containers, init containers, image
+	// volumes (K1).
+	containers := workload.PodImages(workload.PodSpec(obj))
 	name := req.Name
 	if name == "" {
 		name = obj.GetName()
@@ -146,7 +148,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 	targets := *h.targets.Load()
 	managed := false
 	for _, c := range containers {
-		managed = managed || len(targets[target(c.Name)]) > 0
+		managed = managed || len(targets[target(c.Key)]) > 0
 	}
 	if !managed {
 		return nil, nil
@@ -163,13 +165,13 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 	keys := state.Keys{Prefix: h.prefix}
 	anchors := map[string]map[string]string{}
 	var pins []Pin
-	for i, c := range containers {
+	for _, c := range containers {
 		// Only an image this request writes: an unchanged one is drift that
 		// fix A re-pins under its guards (R4, R10), not a re-render.
-		if prev, ok := before[c.Name]; ok && prev == c.Image {
+		if prev, ok := before[c.Key]; ok && prev == c.Image {
 			continue
 		}
-		t := target(c.Name)
+		t := target(c.Key)
 		for _, b := range targets[t] {
 			ann, seen := anchors[b.group.Name]
 			if !seen {
@@ -193,7 +195,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 			}
 			h.suspendedSaid.Delete(b.group.Name)
 			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], discovery.PinFormat(b.group, h.format)); ok {
-				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, Index: i, From: c.Image, To: to})
+				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, At: c, From: c.Image, To: to})
 				break
 			}
 		}
@@ -201,8 +203,8 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 	return pins, nil
 }
 
-// oldImages maps container name → image of the stored object (UPDATE);
-// nil for CREATE.
+// oldImages maps image key → image of the stored object (UPDATE); nil for
+// CREATE.
 func oldImages(k *workload.Kind, req admission.Request) (map[string]string, error) {
 	if req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
 		return nil, nil
@@ -211,12 +213,7 @@ func oldImages(k *workload.Kind, req admission.Request) (map[string]string, erro
 	if err := utiljson.Unmarshal(req.OldObject.Raw, old); err != nil {
 		return nil, fmt.Errorf("decode the stored %s: %w", req.Kind.Kind, err)
 	}
-	containers := workload.PodSpec(old).Containers
-	out := make(map[string]string, len(containers))
-	for _, c := range containers {
-		out[c.Name] = c.Image
-	}
-	return out, nil
+	return workload.Images(old), nil
 }
 
 // fieldManager returns the field manager of the request's Create- or

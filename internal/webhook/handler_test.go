@@ -38,6 +38,8 @@ func testConfig() *config.Config {
 				{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs", Container: "api"},
 				{Kind: workload.KindDaemonSet, Namespace: "tb", Name: "agent", Container: "agent"},
 				{Kind: workload.KindCronJob, Namespace: "tb", Name: "nightly", Container: "api"},
+				{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs", Container: "migrate"},
+				{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs", Container: config.VolumeKey("models")},
 			}},
 			{Name: "tools", Repository: "docker.io/acme/tools", Tag: "prod", PinnedDigest: older, Targets: []config.Target{
 				{Kind: workload.KindDeployment, Namespace: "tb", Name: "jobs", Container: "tools"},
@@ -207,6 +209,76 @@ func TestHandle_B1(t *testing.T) {
 			}
 			if n := count(m.AdmissionErrors); n != 0 {
 				t.Errorf("image_refresh_admission_errors_total = %v, want 0", n)
+			}
+		})
+	}
+}
+
+// K1: an init container and an image volume that are targets are pinned
+// at their own paths (a native sidecar is an init container too); an init
+// container and a volume that are not targets, and a volume that is not an
+// image, are left alone; an update pins only what it changed.
+func TestHandle_K1_B1_InitContainersAndImageVolumesArePinned(t *testing.T) {
+	tag := "reg.local:5000/acme/api:prod"
+	pinned := tag + "@" + recorded
+	always := corev1.ContainerRestartPolicyAlways
+	deployment := func(migrate, models string) []byte {
+		k, _ := workload.LookupKind(workload.KindDeployment)
+		o := k.New()
+		spec := workload.PodSpec(o)
+		spec.Containers = []corev1.Container{{Name: "sidecar", Image: tag}}
+		spec.InitContainers = []corev1.Container{
+			{Name: "seed", Image: tag},
+			{Name: "migrate", Image: migrate, RestartPolicy: &always},
+		}
+		spec.Volumes = []corev1.Volume{
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "other", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: tag}}},
+			{Name: "models", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: models}}},
+		}
+		b, _ := json.Marshal(o)
+		return b
+	}
+	cases := []struct {
+		name string
+		obj  []byte
+		old  []byte
+		want []string
+	}{
+		{"a create pins the init container and the image volume", deployment(tag, tag), nil, []string{
+			"/spec/template/spec/initContainers/1/image=" + pinned,
+			"/spec/template/spec/volumes/2/image/reference=" + pinned,
+		}},
+		{"an update pins only what it changed", deployment(tag, tag), deployment(pinned, tag), []string{
+			"/spec/template/spec/initContainers/1/image=" + pinned,
+		}},
+		{"both on the recorded digest: nothing", deployment(pinned, pinned), nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, m := newTestHandler(map[string]string{"image-refresh.io/last-refreshed-api-digest": recorded}, nil, true)
+			op := admissionv1.Create
+			if c.old != nil {
+				op = admissionv1.Update
+			}
+			req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+				Operation: op, Namespace: "tb", Name: "jobs",
+				Kind:   metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+				Object: runtime.RawExtension{Raw: c.obj}, OldObject: runtime.RawExtension{Raw: c.old},
+			}}
+			resp := h.Handle(context.Background(), req)
+			if !resp.Allowed {
+				t.Fatalf("denied: %+v", resp.Result)
+			}
+			var got []string
+			for _, p := range resp.Patches {
+				got = append(got, p.Path+"="+p.Value.(string))
+			}
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("patches %q, want %q", got, c.want)
+			}
+			if n := count(m.AdmissionPins.WithLabelValues("cp", "api")); n != float64(len(c.want)) {
+				t.Errorf("image_refresh_admission_pins_total = %v, want %d", n, len(c.want))
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/refresh"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Container is one container of an admitted pod template.
@@ -23,7 +24,7 @@ type Container struct {
 type Pin struct {
 	Group, Image string // config group and image name
 	Target       config.Target
-	Index        int // position in spec.template.spec.containers
+	At           workload.PodImage // where in the pod spec (K1)
 	From, To     string
 }
 

@@ -9,3 +9,6 @@ var (
 	Bumped         = (*Client).bumped
 	ExcuseOwnBumps = (*Client).excuseOwnBumps
 )
+
+// PodOf is podOf, for the K1 tests.
+var PodOf = podOf

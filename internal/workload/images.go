@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 )
 
@@ -90,11 +91,16 @@ func imagePatch(obj *Object, changes []ImageChange) ([]jsonPatchOp, error) {
 			ops = append(ops, jsonPatchOp{Op: "test", Path: "/metadata/uid", Value: obj.UID})
 		}
 		k, _ := LookupKind(obj.Ref.Kind)
-		base := fmt.Sprintf("%s/containers/%d", k.PodSpecPointer(), i)
+		pi := obj.Containers[i].PodImage()
+		name := pi.Key
+		if v, ok := (config.Target{Container: pi.Key}).Volume(); ok {
+			name = v
+		}
+		at := pi.Pointer(k.PodSpecPointer())
 		ops = append(ops,
-			jsonPatchOp{Op: "test", Path: base + "/name", Value: ch.Container},
-			jsonPatchOp{Op: "test", Path: base + "/image", Value: ch.From},
-			jsonPatchOp{Op: "replace", Path: base + "/image", Value: ch.To},
+			jsonPatchOp{Op: "test", Path: fmt.Sprintf("%s/%s/%d/name", k.PodSpecPointer(), pi.Slot.field(), pi.Index), Value: name},
+			jsonPatchOp{Op: "test", Path: at, Value: ch.From},
+			jsonPatchOp{Op: "replace", Path: at, Value: ch.To},
 		)
 	}
 	return ops, nil
@@ -123,7 +129,7 @@ func (c *Client) changedSince(ctx context.Context, obj *Object, changes []ImageC
 		if obj.Containers[i].Image == ch.To {
 			continue // not part of the patch
 		}
-		if i >= len(live.Containers) || live.Containers[i].Name != ch.Container || live.Containers[i].Image != ch.From {
+		if c, ok := live.Container(ch.Container); !ok || c.Slot != obj.Containers[i].Slot || c.Index != obj.Containers[i].Index || c.Image != ch.From {
 			return true
 		}
 	}

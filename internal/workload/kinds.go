@@ -168,16 +168,17 @@ func KindOf(obj client.Object) (*Kind, bool) {
 	return nil, false
 }
 
-// Images maps container name → image of a workload's pod template (nil for
-// an object that is not a workload).
+// Images maps image key (PodImage.Key) → image of every image of a
+// workload's pod template (nil for an object that is not a workload).
 func Images(o client.Object) map[string]string {
 	spec := PodSpec(o)
 	if spec == nil {
 		return nil
 	}
-	out := make(map[string]string, len(spec.Containers))
-	for _, c := range spec.Containers {
-		out[c.Name] = c.Image
+	imgs := PodImages(spec)
+	out := make(map[string]string, len(imgs))
+	for _, p := range imgs {
+		out[p.Key] = p.Image
 	}
 	return out
 }

@@ -21,8 +21,8 @@ type Object struct {
 	// Labels are the workload's own (not its pod template's): GitOps
 	// controllers' tracking labels name the application that applied it (O2).
 	Labels map[string]string
-	// Containers are spec.template.spec.containers in order; init
-	// containers are not targets.
+	// Containers are the pod template's images in PodImages' order:
+	// containers, init containers, image volumes (K1).
 	Containers     []Container
 	PullSecrets    []string // spec.template.spec.imagePullSecrets names
 	ServiceAccount string   // spec.template.spec.serviceAccountName
@@ -34,16 +34,28 @@ type Object struct {
 	managedFields []metav1.ManagedFieldsEntry // AnnotationManager
 }
 
-// Container is one container of the pod template.
+// Container is one image of the pod template: a container's, an init
+// container's or an image volume's.
 type Container struct {
+	// Name is its key (PodImage.Key): the container's name, or an image
+	// volume's config.VolumeKey.
 	Name, Image string
+	// Slot and Index say where it is in the pod spec.
+	Slot  Slot
+	Index int
 	// ImageManager is the field manager that owns this container's image
 	// per metadata.managedFields ("helm", "image-refresh", …), "" if none:
 	// it tells who last rendered the reference (R7, R17).
 	ImageManager string
 }
 
-// Container returns the container of that name.
+// PodImage is where c sits in the pod spec.
+func (c Container) PodImage() PodImage {
+	return PodImage{Key: c.Name, Image: c.Image, Slot: c.Slot, Index: c.Index}
+}
+
+// Container returns the image of that key (a container's name, an image
+// volume's config.VolumeKey).
 func (o *Object) Container(name string) (Container, bool) {
 	if i := o.containerIndex(name); i >= 0 {
 		return o.Containers[i], true
@@ -128,8 +140,8 @@ func newObject(k *Kind, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, s
 		o.Annotations[k] = v
 	}
 	managers := imageManagers(k, meta.ManagedFields)
-	for _, ctr := range tmpl.Spec.Containers {
-		o.Containers = append(o.Containers, Container{Name: ctr.Name, Image: ctr.Image, ImageManager: managers[ctr.Name]})
+	for _, pi := range PodImages(&tmpl.Spec) {
+		o.Containers = append(o.Containers, Container{Name: pi.Key, Image: pi.Image, Slot: pi.Slot, Index: pi.Index, ImageManager: managers[pi.Key]})
 	}
 	for _, s := range tmpl.Spec.ImagePullSecrets {
 		o.PullSecrets = append(o.PullSecrets, s.Name)

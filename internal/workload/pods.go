@@ -3,18 +3,23 @@ package workload
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
 // Pod is what N1 needs of one pod of a workload: where it runs and, per
-// container, the image its runtime reports (status.containerStatuses
-// imageID, "" until the container started).
+// image of its spec, the image its runtime reports: a container's and an
+// init container's status imageID ("" until it started; a finished init
+// container keeps its own), and an image volume's imageRef where the
+// kubelet reports the mounts' volume status (K1).
 type Pod struct {
 	Name, Node string
-	ImageIDs   map[string]string // container name → imageID
+	ImageIDs   map[string]string // image key (PodImage.Key) → imageID
 	// Failing holds, per container that cannot run, why: its waiting
 	// reason (CrashLoopBackOff, ImagePullBackOff, …), message and last exit
 	// code (V2).
@@ -84,28 +89,41 @@ func (c *Client) Pods(ctx context.Context, obj *Object) ([]Pod, error) {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !current(obj, p) {
 			continue
 		}
-		pod := Pod{Name: p.Name, Node: p.Spec.NodeName, ImageIDs: map[string]string{}}
-		for _, cs := range p.Status.ContainerStatuses {
-			pod.ImageIDs[cs.Name] = cs.ImageID
-			if why := failing(cs); why != "" {
-				if pod.Failing == nil {
-					pod.Failing = map[string]string{}
-				}
-				pod.Failing[cs.Name] = why
-			}
-		}
-		out = append(out, pod)
+		out = append(out, podOf(p))
 	}
 	return out, nil
 }
 
-// current reports whether pod runs the images of obj's pod template.
+// podOf reads what N1 and V2 need of p.
+func podOf(p *corev1.Pod) Pod {
+	pod := Pod{Name: p.Name, Node: p.Spec.NodeName, ImageIDs: map[string]string{}}
+	statuses := append(slices.Clip(p.Status.ContainerStatuses), p.Status.InitContainerStatuses...)
+	for _, cs := range statuses {
+		pod.ImageIDs[cs.Name] = cs.ImageID
+		for _, m := range cs.VolumeMounts {
+			if m.VolumeStatus != nil && m.VolumeStatus.Image != nil && m.VolumeStatus.Image.ImageRef != "" {
+				pod.ImageIDs[config.VolumeKey(m.Name)] = m.VolumeStatus.Image.ImageRef
+			}
+		}
+		if why := failing(cs); why != "" {
+			if pod.Failing == nil {
+				pod.Failing = map[string]string{}
+			}
+			pod.Failing[cs.Name] = why
+		}
+	}
+	return pod
+}
+
+// current reports whether pod runs the images of obj's pod template: every
+// image of its spec, init containers and image volumes included (K1).
 func current(obj *Object, pod *corev1.Pod) bool {
-	if len(pod.Spec.Containers) != len(obj.Containers) {
+	imgs := PodImages(&pod.Spec)
+	if len(imgs) != len(obj.Containers) {
 		return false
 	}
-	for i, c := range pod.Spec.Containers {
-		if c.Name != obj.Containers[i].Name || c.Image != obj.Containers[i].Image {
+	for i, pi := range imgs {
+		if pi.Key != obj.Containers[i].Name || pi.Image != obj.Containers[i].Image {
 			return false
 		}
 	}
@@ -132,12 +150,35 @@ func StripPod(in any) (any, error) {
 	for _, c := range p.Spec.Containers {
 		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
 	}
-	for _, cs := range p.Status.ContainerStatuses {
+	for _, c := range p.Spec.InitContainers {
+		out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, Image: c.Image})
+	}
+	for _, v := range p.Spec.Volumes {
+		kept := corev1.Volume{Name: v.Name} // every volume, so that indices hold
+		if v.Image != nil {                 // only image volumes are images (K1)
+			kept.Image = &corev1.ImageVolumeSource{Reference: v.Image.Reference}
+		}
+		out.Spec.Volumes = append(out.Spec.Volumes, kept)
+	}
+	out.Status.ContainerStatuses = stripStatuses(p.Status.ContainerStatuses)
+	out.Status.InitContainerStatuses = stripStatuses(p.Status.InitContainerStatuses)
+	return out, nil
+}
+
+// stripStatuses keeps of container statuses what podOf reads.
+func stripStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	for _, cs := range in {
 		kept := corev1.ContainerStatus{Name: cs.Name, ImageID: cs.ImageID}
 		if failing(cs) != "" { // V2 reads why it cannot run
 			kept.State.Waiting, kept.LastTerminationState.Terminated = cs.State.Waiting, cs.LastTerminationState.Terminated
 		}
-		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, kept)
+		for _, m := range cs.VolumeMounts {
+			if m.VolumeStatus != nil && m.VolumeStatus.Image != nil {
+				kept.VolumeMounts = append(kept.VolumeMounts, corev1.VolumeMountStatus{Name: m.Name, VolumeStatus: m.VolumeStatus})
+			}
+		}
+		out = append(out, kept)
 	}
-	return out, nil
+	return out
 }

@@ -292,6 +292,27 @@ func (e *Env) WriteImageAs(manager, kind, name, container, image string) {
 	}
 }
 
+// WriteInitImageAs writes an init container's image of a Deployment or
+// DaemonSet as manager, as a helm upgrade re-rendering a migration step
+// does (K1), without waiting for the rollout it starts.
+func (e *Env) WriteInitImageAs(manager, kind, name, container, image string) {
+	e.T.Helper()
+	patch := []byte(fmt.Sprintf(`{"spec":{"template":{"spec":{"initContainers":[{"name":%q,"image":%q}]}}}}`, container, image))
+	opts := metav1.PatchOptions{FieldManager: manager}
+	var err error
+	switch kind {
+	case "Deployment":
+		_, err = e.C.Client.AppsV1().Deployments(e.NS).Patch(context.Background(), name, types.StrategicMergePatchType, patch, opts)
+	case "DaemonSet":
+		_, err = e.C.Client.AppsV1().DaemonSets(e.NS).Patch(context.Background(), name, types.StrategicMergePatchType, patch, opts)
+	default:
+		e.T.Fatalf("WriteInitImageAs: kind %s", kind)
+	}
+	if err != nil {
+		e.T.Fatal(err)
+	}
+}
+
 // Settle waits until the workload's rollout is complete.
 func (e *Env) Settle(kind, name string) {
 	e.T.Helper()

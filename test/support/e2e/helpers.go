@@ -109,12 +109,15 @@ func (e *Env) Status(cfg string) []map[string]any {
 	return rows
 }
 
-// Row returns the status row of a target workload and container.
+// Row returns the status row of a target workload and container (or init
+// container, or image volume by its name).
 func Row(rows []map[string]any, workloadName, container string) map[string]any {
 	for _, r := range rows {
 		target, _ := r["target"].(string)
-		if strings.Contains(target, "/"+workloadName+" container "+container) {
-			return r
+		for _, what := range []string{" container ", " init container ", " image volume "} {
+			if strings.Contains(target, "/"+workloadName+what+container) {
+				return r
+			}
 		}
 	}
 	return nil

@@ -42,14 +42,18 @@ func Namespace(t testing.TB, client kubernetes.Interface) string {
 
 // Spec describes a test workload; Option functions fill it.
 type Spec struct {
-	Replicas     int32
-	Containers   []corev1.Container
-	Recreate     bool
-	TolerateAll  bool
-	PullSecrets  []string
-	Annotations  map[string]string
-	NodeSelector map[string]string
-	Tolerations  []corev1.Toleration
+	Replicas   int32
+	Containers []corev1.Container
+	// InitContainers run before Containers (K1); ImageVolumes are image
+	// volumes: name → reference.
+	InitContainers []corev1.Container
+	ImageVolumes   []corev1.Volume
+	Recreate       bool
+	TolerateAll    bool
+	PullSecrets    []string
+	Annotations    map[string]string
+	NodeSelector   map[string]string
+	Tolerations    []corev1.Toleration
 	// ReadinessGates are pod condition types the pods must also report
 	// True to be Ready; MinReadySeconds is how long a pod must have been
 	// Ready to count as available (Deployment).
@@ -75,6 +79,32 @@ func OnRealNode() Option {
 	return func(s *Spec) {
 		s.NodeSelector = map[string]string{localcluster.RuntimeLabel: "containerd"}
 		s.Tolerations = []corev1.Toleration{{Key: localcluster.RuntimeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	}
+}
+
+// WithInitContainer adds an init container running image (IfNotPresent),
+// as a chart's migration step does (K1).
+func WithInitContainer(name, image string) Option {
+	return func(s *Spec) {
+		s.InitContainers = append(s.InitContainers, corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent})
+	}
+}
+
+// WithSidecar adds a native sidecar: an init container with restartPolicy
+// Always, which runs beside the containers (K1).
+func WithSidecar(name, image string) Option {
+	return func(s *Spec) {
+		always := corev1.ContainerRestartPolicyAlways
+		s.InitContainers = append(s.InitContainers, corev1.Container{Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent, RestartPolicy: &always})
+	}
+}
+
+// WithImageVolume adds an image volume (an OCI image mounted as a volume,
+// K1) of reference, mounted read-only at /mnt/NAME in the first container.
+func WithImageVolume(name, reference string) Option {
+	return func(s *Spec) {
+		s.ImageVolumes = append(s.ImageVolumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			Image: &corev1.ImageVolumeSource{Reference: reference, PullPolicy: corev1.PullIfNotPresent}}})
 	}
 }
 
@@ -119,7 +149,11 @@ func build(name string, opts []Option) (Spec, metav1.ObjectMeta, *metav1.LabelSe
 	labels := map[string]string{"app": name}
 	tmpl := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels},
-		Spec:       corev1.PodSpec{Containers: s.Containers, TerminationGracePeriodSeconds: new(int64)},
+		Spec:       corev1.PodSpec{Containers: s.Containers, InitContainers: s.InitContainers, Volumes: s.ImageVolumes, TerminationGracePeriodSeconds: new(int64)},
+	}
+	for _, v := range s.ImageVolumes {
+		c := &tmpl.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/mnt/" + v.Name, ReadOnly: true})
 	}
 	for _, ps := range s.PullSecrets {
 		tmpl.Spec.ImagePullSecrets = append(tmpl.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: ps})

@@ -1,0 +1,123 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/test/support/testenv"
+)
+
+const initGroup = `groups:
+  - name: web
+    anchor: {kind: Deployment, namespace: {{ns}}, name: api}
+    images:
+      - name: api
+        repository: {{reg}}/acme/api
+        tag: prod
+        targets:
+          - {kind: Deployment, namespace: {{ns}}, name: api, container: api}
+          - {kind: Deployment, namespace: {{ns}}, name: api, container: migrate}
+`
+
+// TestRealNode_K1_N1_TheSeedsIncidentInAnInitContainer is the seed's
+// incident where it does the most damage, on a real kubelet and
+// containerd: the migration runs as an init container from the app's own
+// repo:prod. The node cached build A; the registry moved :prod to B; a
+// new pod on that node runs the *old migration* (its own log says build
+// A) before the app. image-refresh reports the init container
+// running-stale from its finished status' imageID, and after the pin the
+// next pod's migration says build B.
+func TestRealNode_K1_N1_TheSeedsIncidentInAnInitContainer(t *testing.T) {
+	w := newWorld(t)
+	a := w.pushBuild("acme/api", "prod", "A")
+	tag := w.host + "/acme/api:prod"
+	testenv.Deployment(t, w.c.Client, w.ns, "api", testenv.WithContainer("api", tag), testenv.WithInitContainer("migrate", tag),
+		testenv.WithReplicas(1), testenv.OnRealNode())
+	// The migration exits 0 once it has said which build it is.
+	patch := `{"spec":{"template":{"spec":{"initContainers":[{"name":"migrate","env":[{"name":"EXIT_CODE","value":"0"}]}]}}}}`
+	if _, err := w.c.Client.AppsV1().Deployments(w.ns).Patch(context.Background(), "api", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := w.readyPod("api")
+	if got := w.initLogs(first, "migrate"); !strings.Contains(got, "build A exits 0") {
+		t.Fatalf("pod %s's migration says %q, want build A", first.Name, got)
+	}
+
+	b := w.pushBuild("acme/api", "prod", "B")
+	if err := w.c.Client.CoreV1().Pods(w.ns).Delete(t.Context(), first.Name, deleteNow()); err != nil {
+		t.Fatal(err)
+	}
+	stale := w.readyPod("api", first.Name)
+	if got := w.initLogs(stale, "migrate"); !strings.Contains(got, "build A exits 0") {
+		t.Fatalf("the new pod %s's migration says %q: the node's cached :prod should have run build A", stale.Name, got)
+	}
+	if got := initImageID(stale, "migrate"); !strings.HasSuffix(got, "@"+a) {
+		t.Errorf("the migration's imageID is %q, want …@%s (build A)", got, a)
+	}
+
+	cfg := w.config(initGroup)
+	code, _, logs := w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
+	t.Logf("tick exit %d:\n%s", code, logs)
+	if code != 0 {
+		t.Fatalf("first tick exit %d", code)
+	}
+	if !strings.Contains(logs, "init container migrate runs another build than "+b) || !strings.Contains(logs, stale.Name) {
+		t.Errorf("the tick's log does not name the init container's stale pod %s and the digest %s", stale.Name, b)
+	}
+	_, out, errOut := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false", "-o", "json")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("status -o json: %v\n%s\n%s", err, out, errOut)
+	}
+	var row map[string]any
+	for _, r := range rows {
+		if target, _ := r["target"].(string); strings.HasSuffix(target, w.ns+"/api init container migrate") {
+			row = r
+		}
+	}
+	if want := "0/1 (" + w.c.RealNodeName() + ": " + a + ")"; row == nil || row["state"] != "running-stale" || row["running"] != want {
+		t.Errorf("status row of the init container %v; want running-stale, running %s", row, want)
+	}
+
+	// The pin: the next pod on the same node runs the migration of B.
+	code, _, logs = w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
+	t.Logf("pinning tick exit %d:\n%s", code, logs)
+	if code != 0 {
+		t.Fatalf("pinning tick exit %d", code)
+	}
+	pinned := w.readyPod("api", first.Name, stale.Name)
+	if got := pinned.Spec.InitContainers[0].Image; got != tag+"@"+b {
+		t.Errorf("the pinned pod's migration asks for %s, want %s@%s", got, tag, b)
+	}
+	if got := w.initLogs(pinned, "migrate"); !strings.Contains(got, "build B exits 0") {
+		t.Errorf("the pinned pod %s's migration says %q, want build B", pinned.Name, got)
+	}
+	if got := initImageID(pinned, "migrate"); !strings.HasSuffix(got, "@"+b) {
+		t.Errorf("the pinned migration's imageID is %q, want …@%s", got, b)
+	}
+}
+
+// initLogs is an init container's own output, read through the kubelet.
+func (w *world) initLogs(p *corev1.Pod, container string) string {
+	w.t.Helper()
+	b, err := w.c.Client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+	if err != nil {
+		w.t.Fatalf("logs of init container %s of pod %s: %v", container, p.Name, err)
+	}
+	return string(b)
+}
+
+func initImageID(p *corev1.Pod, container string) string {
+	for _, s := range p.Status.InitContainerStatuses {
+		if s.Name == container {
+			return s.ImageID
+		}
+	}
+	return ""
+}
