@@ -1,5 +1,5 @@
 // Command bench is `make bench`: it measures image-refresh's long-running
-// mode (`run`, SPEC C1–C5) on a local cluster of its own (etcd,
+// mode (`run`, C1–C5) on a local cluster of its own (etcd,
 // kube-apiserver, controller-manager, scheduler, kwok nodes) and a
 // registry on loopback, and prints a table of figures, each the median of
 // repeated runs with its spread, as aligned text and as markdown for

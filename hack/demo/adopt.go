@@ -45,7 +45,7 @@ func (d *demo) stepAdopt() {
 	}
 	d.ok("unlabelled: still %s", image)
 
-	d.say("…until it is labelled (SPEC D1). No config entry: the label is the whole change.")
+	d.say("…until it is labelled (docs/discovery.md). No config entry: the label is the whole change.")
 	args := []string{"label", "deployment", "adopted", "-n", namespace, prefix + "/enabled=true"}
 	d.command("kubectl " + strings.Join(args, " "))
 	cmd := exec.CommandContext(d.ctx, filepath.Join(d.o.binDir, "kubectl"), args...)

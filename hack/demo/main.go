@@ -109,6 +109,7 @@ func run(ctx context.Context, o options) (code int) {
 		}
 	}()
 	d.setup()
+	d.say("The IDs in parentheses (R5, N1, …) name the rules the demo shows; each is explained in docs/rules.md.")
 	steps := []func(){d.stepPin, d.stepNewDigest, d.stepHelmUpgrade, d.stepWebhook, d.stepNodeDown, d.stepAdopt, d.stepRealNode, d.stepSafety, d.stepStatus}
 	for _, step := range steps {
 		step()

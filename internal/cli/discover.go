@@ -16,7 +16,7 @@ import (
 )
 
 // withDiscovered returns cfg with the discovered groups after the
-// configured ones (SPEC D1, D2): the one-shot front ends (tick, status,
+// configured ones (D1, D2): the one-shot front ends (tick, status,
 // render, rearm) list the labelled objects from the API. cfg itself is not
 // changed. With --discovery=false it returns cfg.
 func (c *common) withDiscovered(ctx context.Context, cfg *config.Config, log *slog.Logger) (*config.Config, error) {

@@ -17,12 +17,13 @@ func newRearm(o *options) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "rearm [--config FILE] [--kubeconfig FILE] --group NAME",
-		Short: "Clear a group's attempt counter and lockout (R18)",
+		Short: "Clear a group's attempt counter and lockout",
 		Long: `rearm clears the refresh-attempt counter and the refresh-flap-detected lockout
 marker on the group's anchor, so that the next tick acts again; it also ends
-a flapping tag's hold (R21) and takes the digests lockouts locked on out of
-quarantine (R23). Every lockout message names this command. Fix what kept the rollout from settling first
-(a NotReady node, a crashing pod), or the group locks out again.`,
+a flapping tag's hold and takes the digests lockouts locked on out of
+quarantine. Every lockout message names this command. Fix what kept the
+rollout from settling first (a NotReady node, a crashing pod), or the group
+locks out again. See docs/states/locked-out.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group == "" {

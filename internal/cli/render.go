@@ -30,17 +30,17 @@ func newRender(o *options) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "render [--config FILE] [--kubeconfig FILE] [--namespace NS]",
-		Short: "Helm post-renderer: pin managed images of a manifest stream to their recorded digests (B2)",
+		Short: "Helm post-renderer: pin managed images of a manifest stream to their recorded digests",
 		Long: `render reads a rendered manifest stream (what helm template, install and
 upgrade render) on stdin and writes it to stdout with every managed
 container image pinned to the digest recorded on its group's anchor, in the
-configured pinFormat, so that a re-render never deploys the bare tag (SPEC
-B2). Only those image strings change; every other byte is written as read.
+configured pinFormat, so that a re-render never deploys the bare tag. Only
+those image strings change; every other byte is written as read.
 
 Left as rendered, with a note on stderr: images with no record (a fresh
 install, or no cluster reachable, as under "helm template"), on a mirror
-registry (R3), on another tag, or written through YAML aliases. Fix A pins
-them; render never replaces it (B3).
+registry (docs/mirrors.md), on another tag, or written through YAML aliases.
+tick and run pin them; render never replaces them (docs/fix-b.md).
 
 Documents without metadata.namespace are read as --namespace. Helm does not
 tell a post-renderer the release namespace: pass it, or export HELM_NAMESPACE.
@@ -131,7 +131,7 @@ func defaultRenderNamespace() string {
 	return "default"
 }
 
-// records reads the recorded digests (SPEC State) from the anchors of
+// records reads the recorded digests (docs/annotations.md) from the anchors of
 // groups. A post-renderer must not stall or fail a deploy over them: all
 // reads together are bounded by apiTimeout (R14), and a cluster that cannot
 // be reached, or an anchor that cannot be read, leaves that group's images

@@ -20,6 +20,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/pass"
+	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // Exit codes of `tick` (and every command): 0 healthy or benignly skipped,
@@ -101,9 +102,12 @@ func NewRoot(out, errOut io.Writer, opts ...Option) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "image-refresh",
 		Short: "Pin workloads to the digest their tag points to now, and keep them pinned",
-		Long: `image-refresh keeps every managed Deployment, DaemonSet and StatefulSet running
+		Long: "image-refresh keeps every managed " + kindList() + ` running
 exactly the image its tag points to in the registry now, pinned by digest, and
-re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.`,
+re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.
+
+What it does, rule by rule: docs/rules.md. Every state status shows, and its
+fix: docs/states/README.md.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -120,14 +124,14 @@ type common struct {
 	configPath string
 	kubeconfig string
 	logFormat  string
-	// discover and watchNamespaces shape discovery (SPEC D1).
+	// discover and watchNamespaces shape discovery (D1).
 	discover        bool
 	watchNamespaces []string
 }
 
 func (c *common) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.configPath, "config", "", "config file (YAML; see docs/config.md); without it, the defaults and discovery alone")
-	cmd.Flags().BoolVar(&c.discover, "discovery", true, "manage the workloads labelled <annotationPrefix>/enabled=true and those of namespaces labelled so (SPEC D1)")
+	cmd.Flags().BoolVar(&c.discover, "discovery", true, "manage the workloads labelled <annotationPrefix>/enabled=true and those of namespaces labelled so (docs/discovery.md)")
 	cmd.Flags().StringSliceVar(&c.watchNamespaces, "watch-namespaces", nil, "discover only in these namespaces (comma-separated); default: the whole cluster")
 	cmd.Flags().StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster when running in a pod, else $KUBECONFIG or ~/.kube/config")
 	cmd.Flags().StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -163,6 +167,20 @@ func (c *common) statusCommand() string {
 		return "image-refresh status"
 	}
 	return "image-refresh status --config " + c.configPath
+}
+
+// kindList names the workload kinds of the kind table for help texts:
+// "Deployment, DaemonSet, StatefulSet and CronJob".
+func kindList() string {
+	return andList(workload.KindNames())
+}
+
+// andList joins words as prose: "a", "a and b", "a, b and c".
+func andList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
 }
 
 func newLogger(w io.Writer, format string) *slog.Logger {

@@ -53,15 +53,16 @@ func newRun(opts *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [--config FILE] [--kubeconfig FILE] [--watch-namespaces NS,…] [--poll-interval 5m] [--poll-jitter 0.1] [--metrics-addr :8080] [--health-addr :8081] [--leader-elect] [--leader-election-namespace NS] [--webhook-port N] [--notify-port N --notify-token-file FILE] [--log-format text|json]",
 		Short: "Run as a controller: re-pin a revert within seconds, poll the registry on an interval",
-		Long: `run watches the configured and the labelled workloads (SPEC D1) and re-pins a write that takes a target off
-its recorded digest as soon as the API server reports it (C1), under the same
-guards as tick (settled guard, attempts and lockout, registry gate). It asks the
-registry once per repository:tag per poll interval, with jitter and backoff
-(C2). With --leader-elect several replicas are safe: one acts (a Lease) (C3).
-/healthz and /readyz are served on --health-addr, Prometheus /metrics on
---metrics-addr (C4). A target another writer rewrites right after each re-pin
-is left alone after a few rounds and reported (C5). With --webhook-port every
-replica also serves the mutating admission webhook (B1): a re-render to
+		Long: `run watches the configured workloads and those labelled for discovery
+(docs/discovery.md) and re-pins a write that takes a target off its recorded
+digest as soon as the API server reports it, under the same guards as tick
+(settled guard, attempts and lockout, registry gate). It asks the registry
+once per repository:tag per poll interval, with jitter and backoff. With
+--leader-elect several replicas are safe: one acts (a Lease). /healthz and
+/readyz are served on --health-addr, Prometheus /metrics on --metrics-addr.
+A target another writer rewrites right after each re-pin is left alone after
+a few rounds and reported. See docs/run.md. With --webhook-port every
+replica also serves the mutating admission webhook: a re-render to
 repo:tag is stored pinned to the recorded digest; it fails open, see
 docs/webhook.md. With --notify-port a registry's push notification makes it
 ask the registry for that repository:tag at once instead of at the next poll
@@ -79,11 +80,11 @@ flag value), see docs/notifications.md. SIGTERM stops it cleanly.`,
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect one active replica through a Lease (run several replicas safely)")
 	f.StringVar(&o.leaderNS, "leader-election-namespace", "", "namespace of the Lease; default: the pod's namespace when in a cluster")
 	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", controller.DefaultLeaseDuration, "how long a replica waits before taking over from a leader that stopped renewing")
-	f.IntVar(&o.fightMaxRounds, "fight-max-repins", controller.DefaultFightMaxRounds, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (C5)")
+	f.IntVar(&o.fightMaxRounds, "fight-max-repins", controller.DefaultFightMaxRounds, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (docs/run.md#no-fights-c5)")
 	f.DurationVar(&o.fightWindow, "fight-window", controller.DefaultFightWindow, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
 	f.IntVar(&o.workers, "workers", controller.DefaultWorkers, "groups reconciled in parallel")
 	w := &o.webhook
-	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (B1) on this port, path "+webhook.Path+"; 0 disables it")
+	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (docs/webhook.md) on this port, path "+webhook.Path+"; 0 disables it")
 	f.StringVar(&w.host, "webhook-host", "", "address the webhook listens on; default: every interface")
 	f.BoolVar(&w.selfSigned, "webhook-self-signed", true, "generate and rotate the webhook's CA and certificate in the process and keep the CA in the caBundle of --webhook-config-name; false: serve tls.crt/tls.key from --webhook-cert-dir (e.g. cert-manager)")
 	f.StringVar(&w.certDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key, reloaded when they change (only with --webhook-self-signed=false)")

@@ -15,17 +15,27 @@ import (
 
 func newStatus(o *options) *cobra.Command {
 	var (
-		c      = common{options: *o}
-		output string
+		c        = common{options: *o}
+		output   string
+		exitCode bool
 	)
 	cmd := &cobra.Command{
-		Use:   "status [--config FILE] [--kubeconfig FILE] [-o table|wide|json]",
+		Use:   "status [--config FILE] [--kubeconfig FILE] [-o table|wide|json] [--exit-code]",
 		Short: "Show every target's state and what to do about it",
 		Long: `status reads the cluster and the registry as a tick would and shows, for
 every (group, image, target) — configured, and discovered by label; without
---config every managed target of the cluster (SPEC D3) — its state — pinned, drifted, first-observed,
-locked-out, not-settled, stale-pin, inert, unreadable or error — with the
-remediation for anything not pinned (docs/states/). It writes nothing.`,
+--config every managed target of the cluster — its state, with the
+remediation for anything not pinned. It writes nothing.
+
+States (one page each in docs/states/, e.g. docs/states/locked-out.md):
+` + stateList() + `
+
+Exit codes:
+  0  status could run; with --exit-code, also: no group needs a human
+  1  with --exit-code: a group needs a human, as a tick would exit 1 for it
+     (lockout, a streak ceiling, a stale operator pin, an API error, …);
+     or the cluster could not be reached
+  2  the config or the flags are invalid; nothing was read`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "wide" && output != "json" {
@@ -61,15 +71,40 @@ remediation for anything not pinned (docs/states/). It writes nothing.`,
 				if rows == nil {
 					rows = []refresh.Row{}
 				}
-				return enc.Encode(rows)
+				if err := enc.Encode(rows); err != nil {
+					return err
+				}
+			} else {
+				printRows(cmd.OutOrStdout(), rows, output == "wide")
 			}
-			printRows(cmd.OutOrStdout(), rows, output == "wide")
+			if !exitCode {
+				return nil
+			}
+			// The same verdict as a tick's exit code: the pass's findings
+			// that need a human (R15), and a discovery that could not list.
+			if discoveryErr != nil {
+				return &ExitError{Code: ExitNeedsHuman, Err: discoveryErr}
+			}
+			if res.NeedsHuman() {
+				return &ExitError{Code: ExitNeedsHuman, Err: errors.New("a group needs attention; see the rows above and docs/states/README.md")}
+			}
 			return nil
 		},
 	}
 	c.bind(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, wide (adds NAMESPACE and KIND, the full digest) or json")
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 1 when a group needs a human (the findings a tick exits 1 for), 0 otherwise; for scripts and CI checks")
 	return cmd
+}
+
+// stateList is the states of the state table (refresh.States), as prose
+// wrapped for help.
+func stateList() string {
+	names := make([]string, 0, len(refresh.States()))
+	for _, s := range refresh.States() {
+		names = append(names, string(s))
+	}
+	return "  " + wrap(andList(names), 74, "  ")
 }
 
 // printRows prints the status table: the columns widen to the longest

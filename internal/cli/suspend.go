@@ -57,7 +57,7 @@ func newSuspend(o *options) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "suspend [--config FILE] [--kubeconfig FILE] --group NAME [--for DURATION] [--until TIME] [--reason TEXT]",
-		Short: "Stop every write to a group's targets until resume or a time (O1)",
+		Short: "Stop every write to a group's targets until resume or a time",
 		Long: `suspend stops every write image-refresh makes to the group's targets — new
 digests, revert re-pins, the webhook's and render's pins — until
 ` + "`image-refresh resume --group NAME`" + `, or until the end given with --for or --until,
@@ -68,7 +68,7 @@ end) and P/suspend-reason on the group's anchor, and in the copy of the
 group's state that a rollback cannot reach: a rollout undo after suspend
 does not take the suspension off. A GitOps repository can hold the
 annotations instead. A suspension without an end becomes a finding after
-24 h.`,
+24 h. See docs/states/suspended.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group == "" {
@@ -114,7 +114,7 @@ annotations instead. A suspension without an end becomes a finding after
 			if value != "true" {
 				until = value
 			}
-			msg := fmt.Sprintf("suspended group %s until %s: image-refresh writes nothing to its targets meanwhile (O1)", group, until)
+			msg := fmt.Sprintf("suspended group %s until %s: image-refresh writes nothing to its targets meanwhile", group, until)
 			if reason != "" {
 				msg += "; reason: " + reason
 			}
@@ -136,7 +136,7 @@ func newResume(o *options) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "resume [--config FILE] [--kubeconfig FILE] --group NAME",
-		Short: "End a group's suspension: image-refresh writes to its targets again (O1)",
+		Short: "End a group's suspension: image-refresh writes to its targets again",
 		Long: `resume removes the annotations P/suspend and P/suspend-reason from the group's
 anchor and from the copy of its state. ` + "`run`" + ` acts at once (the removal starts a pass); a tick acts on its next run.`,
 		Args: noArgs,
@@ -164,7 +164,7 @@ anchor and from the copy of its state. ` + "`run`" + ` acts at once (the removal
 				return nil
 			}
 			set := map[string]*string{keys.Suspend(): nil, keys.SuspendReason(): nil}
-			msg := fmt.Sprintf("resumed group %s: image-refresh writes to its targets again (O1)", group)
+			msg := fmt.Sprintf("resumed group %s: image-refresh writes to its targets again", group)
 			return c.writeSuspension(cmd.Context(), r, g, set, "Resumed", msg, cmd)
 		},
 	}

@@ -22,7 +22,8 @@ func newTick(o *options) *cobra.Command {
 the workloads labelled <annotationPrefix>/enabled=true (or in a namespace
 labelled so) — reads every target's
 live image, re-pins what drifted or reverted and records what rolled out, under
-the settled guard, attempt counter and lockout of SPEC.md.
+the settled guard, the attempt counter and the lockout (docs/rules.md; the
+order of writes and every exit code: docs/tick.md).
 
 Exit codes:
   0  every group healthy or benignly skipped (not settled below the ceiling,

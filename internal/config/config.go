@@ -236,7 +236,7 @@ type Config struct {
 }
 
 // Defaults returns a Config with every optional setting at its default and
-// no groups: valid, and the config of discovery alone (SPEC D1) when no
+// no groups: valid, and the config of discovery alone (D1) when no
 // file is given.
 func Defaults() *Config {
 	return &Config{

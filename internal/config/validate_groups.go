@@ -26,7 +26,7 @@ type groupChecks struct {
 }
 
 func (v *validator) groups(groups []Group, prefix string) {
-	// No groups is valid: discovery only (SPEC D1).
+	// No groups is valid: discovery only (D1).
 	gc := &groupChecks{
 		prefix:  prefix,
 		names:   map[string]int{},
@@ -45,13 +45,13 @@ func (v *validator) groups(groups []Group, prefix string) {
 		switch g.OnFailedRollout {
 		case "", OnFailedRolloutHold, OnFailedRolloutRollback:
 		default:
-			v.errorf(p+".onFailedRollout", "%q is not one of hold, rollback (V2)", g.OnFailedRollout)
+			v.errorf(p+".onFailedRollout", "%q is not one of hold, rollback", g.OnFailedRollout)
 		}
 		shared := -1 // index of an earlier group on the same anchor
 		if v.workload(p+".anchor", g.Anchor) {
 			if j, dup := gc.anchors[g.Anchor]; dup {
 				shared = j
-				v.errorf(p+".anchor", "%s is already the anchor of groups[%d]: the groups would share its %s annotations (SPEC State, R10)",
+				v.errorf(p+".anchor", "%s is already the anchor of groups[%d]: the groups would share its %s annotations (docs/annotations.md)",
 					g.Anchor, j, strings.Join(state.GroupKeyNames(), ", "))
 			} else {
 				gc.anchors[g.Anchor] = i
@@ -115,7 +115,7 @@ func (v *validator) image(path string, img Image, gc *groupChecks) {
 	case img.Tag == "":
 		v.errorf(path+".tag", "missing")
 	case strings.Contains(img.Tag, "@"):
-		v.errorf(path+".tag", "%q must not contain '@': an operator pin goes in pinnedDigest (R2)", img.Tag)
+		v.errorf(path+".tag", "%q must not contain '@': an operator pin goes in pinnedDigest", img.Tag)
 	default:
 		// The tag syntax does not depend on the repository, so a fixed one
 		// checks the tag even when the repository is wrong. imageref accepts

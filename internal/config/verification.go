@@ -23,7 +23,7 @@ import (
 )
 
 // VerificationPolicy says which signatures a digest of the matching
-// repositories needs before it is pinned or recorded (SPEC V1).
+// repositories needs before it is pinned or recorded (V1).
 type VerificationPolicy struct {
 	Name string `yaml:"name"`
 	// Repositories are globs over "host/path" (see MatchesRepository).

@@ -1,4 +1,4 @@
-// Package discover is discovery's runtime in `run` (SPEC D1): a runnable
+// Package discover is discovery's runtime in `run` (D1): a runnable
 // of its own, on every replica, that lists the labelled workloads from the
 // informer caches, runs internal/discovery's pure Discover over them and
 // tells the group controller which groups there are; the caches of the

@@ -75,7 +75,7 @@ func (r Reference) String() string {
 
 // ParseDigest validates a digest ("algorithm:hex"; sha256 is 64 lowercase
 // hex digits) and returns it unchanged. Anything else is an error and must
-// never be pinned (SPEC R1).
+// never be pinned (R1).
 func ParseDigest(s string) (string, error) {
 	h, err := v1.NewHash(s)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package metrics defines image-refresh's Prometheus metrics (SPEC R15, C4).
+// Package metrics defines image-refresh's Prometheus metrics (R15, C4).
 // One-shot ticks can write them to a node-exporter textfile; the controller
 // serves them on /metrics.
 package metrics
@@ -98,15 +98,15 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		}, []string{"group", "image", "namespace", "workload", "container"}),
 		PodsOffDigest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_pods_off_digest",
-			Help: "Pods of the target's current template whose runtime reports another digest than the target should run (N1).",
+			Help: "Pods of the target's current template whose runtime reports another digest than the target should run.",
 		}, []string{"group", "image", "namespace", "workload", "container"}),
 		GroupLockedOut: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_group_locked_out",
-			Help: "1 while the group's refresh is locked out (R10); re-arm with `image-refresh rearm`.",
+			Help: "1 while the group's refresh is locked out; re-arm with `image-refresh rearm`.",
 		}, []string{"group"}),
 		NeedsAttention: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_group_needs_attention",
-			Help: "1 while the group has a non-benign finding with this event reason (R15).",
+			Help: "1 while the group has a non-benign finding with this event reason.",
 		}, []string{"group", "reason"}),
 		Repins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "image_refresh_repins_total",
@@ -131,28 +131,28 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	}
 	m.RevertRepin = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "image_refresh_revert_repin_seconds",
-		Help:    "Seconds from observing the write that took a target off its digest to the re-pin write (C1).",
+		Help:    "Seconds from observing the write that took a target off its digest to the re-pin write.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})
 	m.Fights = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "image_refresh_rewrite_fights_total",
-		Help: "Targets left alone because another writer rewrote them right after each re-pin (C5).",
+		Help: "Targets left alone because another writer rewrote them right after each re-pin.",
 	}, []string{"group", "image", "writer"})
 	m.RearmedByNewDigest = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "image_refresh_rearmed_by_new_digest_total",
-		Help: "Lockouts re-armed by themselves because the registry published a digest they did not lock on (R23).",
+		Help: "Lockouts re-armed by themselves because the registry published a digest they did not lock on.",
 	}, []string{"group"})
 	m.AdmissionPins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "image_refresh_admission_pins_total",
-		Help: "Container images the admission webhook pinned to the recorded digest: reverts prevented before they were stored (B1).",
+		Help: "Container images the admission webhook pinned to the recorded digest: reverts prevented before they were stored.",
 	}, []string{"group", "image"})
 	m.AdmissionErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "image_refresh_admission_errors_total",
-		Help: "Admission requests the webhook allowed unchanged because of an internal error (fail open, B1); fix A re-pins what they missed.",
+		Help: "Admission requests the webhook allowed unchanged because of an internal error (it fails open); fix A re-pins what they missed.",
 	})
 	m.Verifications = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "image_refresh_verifications_total",
-		Help: "Signature lookups of a new digest against its repository's verification policy, by result: verified, unverified, error (V1).",
+		Help: "Signature lookups of a new digest against its repository's verification policy, by result: verified, unverified, error.",
 	}, []string{"policy", "result"})
 	m.TargetOnDigest = Register(reg, m.TargetOnDigest)
 	m.PodsOffDigest = Register(reg, m.PodsOffDigest)

@@ -28,7 +28,7 @@ func newRateLimit(reg prometheus.Registerer) RateLimit {
 		}, []string{"registry"})),
 		PollInterval: Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_registry_poll_interval_seconds",
-			Help: "The poll interval in force for a registry that announced a rate limit: the configured one, or longer while its remaining budget would not last it (C2).",
+			Help: "The poll interval in force for a registry that announced a rate limit: the configured one, or longer while its remaining budget would not last it.",
 		}, []string{"registry"})),
 	}
 }

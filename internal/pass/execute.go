@@ -183,7 +183,7 @@ func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan, rollsBack boo
 			case rp.Rollback:
 				next = "the rollback itself did not settle"
 			case rollsBack:
-				next = "onFailedRollout: rollback puts a failed digest change back at once (V2)"
+				next = "onFailedRollout: rollback puts a failed digest change back at once"
 			}
 			r.fail(p, "rollout not settled: %s; the digest record is unchanged and %s (attempt %d of %d)",
 				why, next, rp.Attempt, r.Config.MaxRefreshAttempts)
@@ -331,7 +331,7 @@ func (r *Runner) apply(ctx context.Context, group string, anchor config.Workload
 			reason, msg = refresh.ReasonDigestChanged, fmt.Sprintf("re-imaged %s container %s: %s → %s (the registry moved the tag)",
 				wc.Workload, c.Container, c.From, c.To)
 		case refresh.CauseRollback:
-			reason, msg = refresh.ReasonRolledBack, fmt.Sprintf("rolled %s container %s back: %s → %s (the rollout of the new digest failed, V2)",
+			reason, msg = refresh.ReasonRolledBack, fmt.Sprintf("rolled %s container %s back: %s → %s (the rollout of the new digest failed)",
 				wc.Workload, c.Container, c.From, c.To)
 		}
 		findings = append(findings, refresh.Finding{Severity: refresh.SeverityInfo, Reason: reason, Image: c.Image,

@@ -1,7 +1,7 @@
 // Package poller asks the registry for the digest of every distinct
 // repository:tag on an interval with jitter — once per interval however many
 // groups and targets use it — backing off on failure and honouring
-// Retry-After (SPEC C2). The controller reads its answers instead of
+// Retry-After (C2). The controller reads its answers instead of
 // calling the registry on every reconcile.
 package poller
 

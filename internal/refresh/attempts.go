@@ -192,7 +192,7 @@ func (d *decision) heldElsewhere(settled bool, notSettled []string) bool {
 	msg := fmt.Sprintf("group %s is rolling out under attempt %d of image-refresh instance %s (started %s), %s; this instance (%s) leaves it alone until that instance ends the attempt or %s passes",
 		d.p.Group, d.p.Attempts, h.Instance, h.Since.UTC().Format(time.RFC3339), status, d.s.Instance, until.UTC().Format(time.RFC3339))
 	d.find(Finding{Severity: SeverityWarn, Message: msg,
-		Remediation: "if two image-refresh processes act on this cluster at once, run one, or run `image-refresh run --leader-elect` on every replica (C3)"})
+		Remediation: "if two image-refresh processes act on this cluster at once, run one, or run `image-refresh run --leader-elect` on every replica"})
 	for i := range d.p.Rows {
 		if r := &d.p.Rows[i]; r.State == StateDrifted || r.State == StatePinned {
 			r.State, r.Message, r.Remediation = StateNotSettled, msg, "none needed if the other instance's rollout settles"

@@ -17,7 +17,7 @@ func (d *decision) gate(locked, blocked bool, notSettled []string) {
 	if settled && d.p.SkipStreak > 0 {
 		d.clear(&d.p.ClearSkip, d.keys.SkipStreak())
 		d.find(Finding{Severity: SeverityInfo, Once: "skip-streak-cleared", Message: fmt.Sprintf(
-			"group %s settled again after %d skipped pass(es): its skip streak is cleared (R4)", d.p.Group, d.p.SkipStreak)})
+			"group %s settled again after %d skipped pass(es): its skip streak is cleared", d.p.Group, d.p.SkipStreak)})
 	}
 	if !blocked {
 		if why := d.failedRollout(settled, notSettled); why != "" && d.rollback(why) {
@@ -82,7 +82,7 @@ func (d *decision) lockedOut() {
 		d.p.Bookkeeping.set(d.keys.Flap(), &attempt, d.ann)
 	}
 	d.lockOn()
-	msg := fmt.Sprintf("refresh of group %s is LOCKED OUT: %d re-image attempts never confirmed settling (max %d); its images are not updated until it is re-armed, or the registry publishes a digest it did not lock on (R23)",
+	msg := fmt.Sprintf("refresh of group %s is LOCKED OUT: %d re-image attempts never confirmed settling (max %d); its images are not updated until it is re-armed, or the registry publishes a digest it did not lock on",
 		d.obs.Group.Name, d.p.Attempts, d.s.MaxAttempts)
 	d.find(Finding{Severity: SeverityWarn, Reason: ReasonRefreshLockedOut, NeedsHuman: true, Message: msg,
 		Remediation: "find why the rollout does not settle (a NotReady node, a crashing pod), then run: " + d.rearm()})
@@ -203,7 +203,7 @@ func (d *decision) superseded(w config.Workload, st Workload) bool {
 		return false
 	}
 	d.find(Finding{Severity: SeverityInfo, Message: fmt.Sprintf(
-		"%s was taken off its pin while settled on it; re-pinning now instead of waiting for the rollout that write started (%s) (C6)", w, st.Reason)})
+		"%s was taken off its pin while settled on it; re-pinning now instead of waiting for the rollout that write started (%s)", w, st.Reason)})
 	return true
 }
 

@@ -168,7 +168,7 @@ func TestDecide_C6_ARevertOfASettledPinIsSupersededAtOnce(t *testing.T) {
 			obs:      reverted(seen(true, pinned(dA), onTag)),
 			want:     repinNow,
 			also: func(t *testing.T, p *Plan) {
-				for _, s := range []string{"DaemonSet tb/agent", "taken off its pin while settled", "1 of 3 scheduled pods updated", "C6"} {
+				for _, s := range []string{"DaemonSet tb/agent", "taken off its pin while settled", "1 of 3 scheduled pods updated", "re-pinning now instead of waiting"} {
 					contains(t, "the finding", p.Findings[0].Message, s)
 				}
 			},

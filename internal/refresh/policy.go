@@ -60,7 +60,7 @@ func (d *decision) holdFor(img config.Image, recorded, latest string, recent []t
 	rearm := d.rearm()
 	if !d.locked && slices.Contains(d.lockedOn(img), latest) {
 		defer func() { h = d.rolledBackHold(img, latest, h) }()
-		msg := fmt.Sprintf("the registry serves %s:%s at %s, a digest a lockout of group %s locked on: it is quarantined and never tried again (R23); held on the recorded digest %s",
+		msg := fmt.Sprintf("the registry serves %s:%s at %s, a digest a lockout of group %s locked on: it is quarantined and never tried again; held on the recorded digest %s",
 			img.Repository, img.Tag, latest, d.p.Group, recorded)
 		return &hold{state: StateQuarantined, finding: Finding{Severity: SeverityWarn, Reason: ReasonDigestQuarantined, Image: img.Name, NeedsHuman: true, Message: msg,
 			Remediation: "publish a fixed build under the tag (a new digest is tried by itself), or, to try the quarantined digest again, run: " + rearm}}
@@ -150,7 +150,7 @@ func (d *decision) stillFlapping(img config.Image, recorded string, h *hold, rec
 	if !spent {
 		d.p.Bookkeeping.set(key, nil, d.ann)
 		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Once: "tag-flapping-ended " + img.Name, Message: fmt.Sprintf(
-			"the tag %s:%s is no longer held as flapping: its digestChangeWindow %s has passed (R21); the next digest change rolls",
+			"the tag %s:%s is no longer held as flapping: its digestChangeWindow %s has passed; the next digest change rolls",
 			img.Repository, img.Tag, d.s.DigestChangeWindow)})
 		return nil
 	}
@@ -281,7 +281,7 @@ func (d *decision) rearmByNewDigest() bool {
 		}
 	}
 	d.find(Finding{Severity: SeverityWarn, Reason: ReasonRearmedByNewDigest, Event: true, Message: fmt.Sprintf(
-		"group %s was locked out after %d attempts; the registry now serves a digest it did not lock on (%s): re-armed once by itself, trying it (R23); the digests it locked on stay quarantined",
+		"group %s was locked out after %d attempts; the registry now serves a digest it did not lock on (%s): re-armed once by itself, trying it; the digests it locked on stay quarantined",
 		d.p.Group, d.p.Attempts, strings.Join(news, ", "))})
 	d.ann, d.p.Attempts = cleared, 0
 	return true

@@ -101,14 +101,14 @@ func (d *decision) clearStalePin(img config.Image, staleKey, why string) {
 	}
 	d.p.Bookkeeping.set(staleKey, nil, d.ann)
 	d.find(Finding{Severity: SeverityInfo, Image: img.Name, Once: "stale-pin-cleared " + img.Name, Message: fmt.Sprintf(
-		"the stale-pin finding of %s:%s is cleared: %s (R2)", img.Repository, img.Tag, why)})
+		"the stale-pin finding of %s:%s is cleared: %s", img.Repository, img.Tag, why)})
 }
 
 func (d *decision) operatorPin(img config.Image, latest, staleKey string) {
 	if img.PinnedDigest == latest {
 		d.clearStalePin(img, staleKey, "the operator pin "+img.PinnedDigest+" is the registry's latest now")
 		d.find(Finding{Severity: SeverityInfo, Image: img.Name, Once: "operator-pin-current " + img.Name + " " + img.PinnedDigest, Message: fmt.Sprintf(
-			"the operator pin %s of %s:%s is the registry's latest: not refreshed, only checked (R2)", img.PinnedDigest, img.Repository, img.Tag)})
+			"the operator pin %s of %s:%s is the registry's latest: not refreshed, only checked", img.PinnedDigest, img.Repository, img.Tag)})
 		if !d.readTargets(img) {
 			return
 		}

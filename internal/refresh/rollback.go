@@ -114,7 +114,7 @@ func (d *decision) rollback(why string) bool {
 		for _, dg := range digests {
 			failed = append(failed, fmt.Sprintf("%s:%s %s", img.Repository, img.Tag, dg))
 		}
-		msg := fmt.Sprintf("the rollout of %s:%s to %s failed (%s): every target that moved is rolled back to the recorded digest %s and %s is quarantined (V2)",
+		msg := fmt.Sprintf("the rollout of %s:%s to %s failed (%s): every target that moved is rolled back to the recorded digest %s and %s is quarantined",
 			img.Repository, img.Tag, strings.Join(digests, ", "), why, recorded, strings.Join(digests, ", "))
 		rem := "fix the build and publish it under the tag (a new digest is tried by itself); to try this digest again, run: " + d.rearm()
 		d.find(Finding{Severity: SeverityError, Reason: ReasonRolledBack, Image: img.Name, NeedsHuman: true, Message: msg, Remediation: rem})
@@ -157,7 +157,7 @@ func (d *decision) rolledBackHold(img config.Image, latest string, h *hold) *hol
 	if !ok || digest != latest || h == nil || h.state != StateQuarantined {
 		return h
 	}
-	msg := fmt.Sprintf("the registry serves %s:%s at %s, whose rollout failed and was rolled back (%s); it is quarantined and never tried again (V2, R23); held on the recorded digest",
+	msg := fmt.Sprintf("the registry serves %s:%s at %s, whose rollout failed and was rolled back (%s); it is quarantined and never tried again; held on the recorded digest",
 		img.Repository, img.Tag, latest, why)
 	h.state = StateRolledBack
 	h.finding.Reason, h.finding.Message = ReasonRolledBack, msg

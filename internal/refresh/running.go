@@ -122,7 +122,7 @@ func (d *decision) running() {
 		if unknown > 0 {
 			r.Running += fmt.Sprintf(" (%d unknown)", unknown)
 			d.find(Finding{Severity: SeverityNote, Image: r.Image, Target: &t,
-				Message: fmt.Sprintf("%d pod(s) of %s report an imageID without a repository digest: what they run is unknown, not counted as on %s (N1)", unknown, d.named(t), want)})
+				Message: fmt.Sprintf("%d pod(s) of %s report an imageID without a repository digest: what they run is unknown, not counted as on %s", unknown, d.named(t), want)})
 		}
 		w := d.obs.Workloads[t.Workload()]
 		if len(off) == 0 || !w.Settled {

@@ -106,7 +106,7 @@ func (d *decision) suspend() {
 		if marked {
 			d.p.Bookkeeping.set(sinceKey, nil, d.ann)
 			d.find(Finding{Severity: SeverityInfo, Once: "suspension-ended", Message: fmt.Sprintf(
-				"group %s is no longer suspended (resumed, or its end passed): image-refresh writes to its targets again (O1)", d.p.Group)})
+				"group %s is no longer suspended (resumed, or its end passed): image-refresh writes to its targets again", d.p.Group)})
 		}
 		return
 	}
@@ -130,7 +130,7 @@ func (d *decision) suspend() {
 		}
 		d.p.Repin = nil
 	}
-	msg := fmt.Sprintf("group %s is %s; nothing is written to its targets (O1)", d.p.Group, s.Describe())
+	msg := fmt.Sprintf("group %s is %s; nothing is written to its targets", d.p.Group, s.Describe())
 	if len(held) > 0 {
 		msg += "; held back: " + strings.Join(held, "; ")
 	}
@@ -146,7 +146,7 @@ func (d *decision) suspend() {
 	d.find(Finding{Severity: SeverityInfo, Once: "suspended " + until + " " + s.By + " " + s.Reason, Message: msg})
 	if s.Until.IsZero() && s.Invalid == nil && !d.now().Before(s.Since.Add(SuspendedWithoutEndAfter)) {
 		d.find(Finding{Severity: SeverityWarn, Reason: ReasonSuspendedWithoutEnd, NeedsHuman: true, Message: fmt.Sprintf(
-			"group %s has been suspended without an end since %s (%s ago; O1): new digests and reverts wait",
+			"group %s has been suspended without an end since %s (%s ago): new digests and reverts wait",
 			d.p.Group, s.Since.UTC().Format(time.RFC3339), d.now().Sub(s.Since).Round(time.Minute)),
 			Remediation: fmt.Sprintf("resume it: %s; or give it an end: %s", resume, strings.Replace(resume, " resume ", " suspend ", 1)+" --for DURATION")})
 	}

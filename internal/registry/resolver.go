@@ -1,5 +1,5 @@
 // Package registry resolves image tags to the digests a registry serves
-// (SPEC R1) and proves that a registry holds a digest (R3), with
+// (R1) and proves that a registry holds a digest (R3), with
 // go-containerregistry doing the protocol and auth. Every call is bounded
 // (R14), classified (Error, Kind) and free of credentials (R20). A steady
 // poll costs one manifest HEAD: ping, token and connection live in a

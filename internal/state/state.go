@@ -1,5 +1,5 @@
 // Package state names the annotations image-refresh keeps on a group's
-// anchor (SPEC "State"), and the labels discovery reads, in one table; it
+// anchor (docs/annotations.md), and the labels discovery reads, in one table; it
 // reads their values fail-safe.
 //
 // With the prefix "tracebloc.io" the keys are exactly those of the seed's

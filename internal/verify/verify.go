@@ -1,5 +1,5 @@
 // Package verify checks that an image digest is signed before it is pinned
-// or recorded (SPEC V1). A digest verifies against a policy when a cosign
+// or recorded (V1). A digest verifies against a policy when a cosign
 // signature made with one of the policy's public keys or by one of its
 // keyless identities (against its trusted root) is bound to it, found
 // either as a Sigstore bundle among its OCI referrers (cosign v3; the

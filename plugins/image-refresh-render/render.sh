@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs `image-refresh render` as a Helm post-renderer (SPEC B2): the
+# Runs `image-refresh render` as a Helm post-renderer (docs/post-renderer.md): the
 # rendered manifests come in on stdin, go out on stdout with the managed
 # images pinned to their recorded digests. Arguments are passed on
 # (Helm 4: --post-renderer-args; Helm 3: this script as --post-renderer).

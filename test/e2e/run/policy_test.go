@@ -22,7 +22,7 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
 
-// The rollout policy of SPEC R22 and R23 through `tick` on the local
+// The rollout policy of R22 and R23 through `tick` on the local
 // cluster and registry; R21's is flap_test.go.
 
 // agentsGroup is the setup of the R23 and R25 lockout tests: group agents,

@@ -52,7 +52,7 @@ func TestRun_C6_ARevertOfASettledPinIsRepinnedWithoutWaitingForItsRollout(t *tes
 	t.Logf("revert re-pinned %s after the reverting write, its own rollout unfinished", took.Round(time.Millisecond))
 	// The pass logs after its writes: wait for the line, do not race it.
 	ctl.UntilLogged(t, "the C6 line in the logs", func(logs string) bool {
-		return strings.Contains(logs, "taken off its pin while settled on it") && strings.Contains(logs, "(C6)")
+		return strings.Contains(logs, "taken off its pin while settled on it") && strings.Contains(logs, "re-pinning now instead of waiting for the rollout that write started")
 	})
 	e.Settle("Deployment", "web")
 	e.UntilDeployments(60*time.Second, "the attempt confirmed and cleared by a later pass", func() bool {

@@ -53,6 +53,12 @@ func TestStatus_ShowsEveryStateWithRemediation(t *testing.T) {
 		}
 	}
 
+	// --exit-code: without the stale operator pin nothing needs a human
+	// yet (first observations are benign, a tick exits 0), so it exits 0.
+	if code, out, errOut := e.Run("status", "--config", e.Config(e2e.SeedShape), "--kubeconfig", e.Kubeconfig, "--exit-code"); code != 0 {
+		t.Errorf("status --exit-code before any tick (every row first-observed): exit %d, want 0:\n%s%s", code, out, errOut)
+	}
+
 	e.Tick(tickCfg)
 	e.Tick(tickCfg)
 	tag := e.Repo("api") + ":prod"
@@ -151,6 +157,18 @@ func TestStatus_ShowsEveryStateWithRemediation(t *testing.T) {
 		if running[st] != want {
 			t.Errorf("the %s row's RUNNING cell is %q, want %q", st, running[st], want)
 		}
+	}
+	// --exit-code: the stale operator pin needs a human, as it makes a tick
+	// exit 1; status still prints every row, and writes nothing.
+	code, out, errOut = e.Run("status", "--config", statusCfg, "--kubeconfig", e.Kubeconfig, "--exit-code", "-o", "json")
+	if code != 1 {
+		t.Errorf("status --exit-code with a stale operator pin: exit %d, want 1:\n%s", code, errOut)
+	}
+	if n := strings.Count(out, `"state":`); n != 4 {
+		t.Errorf("status --exit-code -o json printed %d rows, want all 4:\n%s", n, out)
+	}
+	if !strings.Contains(errOut, "needs attention") {
+		t.Errorf("status --exit-code exit 1 without saying why on stderr: %q", errOut)
 	}
 	e.AssertUnchanged("status", rvs, events)
 }
