@@ -143,14 +143,12 @@ func TestUpdate_R25_AStateWriteInRunReadsTheCopyFromTheCache(t *testing.T) {
 
 	update(t, s, ref, map[string]*string{keys.Attempt(): nil})
 	got := counted.take()
-	want := map[string]int{"GET deployments": 1, "PATCH deployments": 1, "PUT configmaps": 1}
-	if len(got) != len(want) {
-		t.Fatalf("requests of a state write: %v, want %v (the copy from the cache, no GET of it)", got, want)
-	}
-	for k, n := range want {
-		if got[k] != n {
-			t.Fatalf("requests of a state write: %v, want %v (the copy from the cache, no GET of it)", got, want)
-		}
+	// One GET and PATCH of the anchor per try (a 409 from the
+	// controller-manager's status write is retried, more often under load),
+	// one PUT of the copy, and no GET of it.
+	tries := got["PATCH deployments"]
+	if tries < 1 || got["GET deployments"] != tries || got["PUT configmaps"] != 1 || got["GET configmaps"] != 0 || len(got) != 3 {
+		t.Fatalf("requests of a state write: %v, want GET and PATCH of the anchor per try, one PUT of the copy and no GET of it (the copy from the cache)", got)
 	}
 }
 
@@ -167,8 +165,10 @@ func TestUpdate_R25_ACacheWithoutTheOwnLastWriteIsNotTrusted(t *testing.T) {
 	// API, and its write lands on the first try.
 	update(t, s, ref, map[string]*string{keys.Attempt(): ptr("3")})
 	got := counted.take()
-	if got["GET configmaps"] != 1 || got["PUT configmaps"] != 1 {
-		t.Fatalf("requests of a state write after an own write the cache lacks: %v, want one GET and one PUT of the copy", got)
+	// The copy is read from the API on each try of the anchor's write (a
+	// 409 is retried), and written once.
+	if tries := got["PATCH deployments"]; tries < 1 || got["GET configmaps"] != tries || got["PUT configmaps"] != 1 {
+		t.Fatalf("requests of a state write after an own write the cache lacks: %v, want a GET of the copy per try of the anchor's PATCH and one PUT of it", got)
 	}
 	assertCopy(t, s, ref, keys.Attempt(), "3")
 }
@@ -200,8 +200,8 @@ func TestUpdate_R25_ARewoundAnchorIsWrittenOnTheCopyReadFromTheAPI(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := counted.take(); got["GET configmaps"] != 1 {
-		t.Fatalf("requests of a state write on a rewound anchor: %v, want the copy read from the API", got)
+	if got := counted.take(); got["PATCH deployments"] < 1 || got["GET configmaps"] != got["PATCH deployments"] {
+		t.Fatalf("requests of a state write on a rewound anchor: %v, want the copy read from the API on each try of the anchor's PATCH", got)
 	}
 	if out.Annotations[rec] != "sha256:new" || out.Annotations[attempt] != "1" {
 		t.Fatalf("anchor after the write: record %q attempt %q, want sha256:new and 1", out.Annotations[rec], out.Annotations[attempt])
