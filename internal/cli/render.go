@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/image-refresh/image-refresh/internal/config"
@@ -167,6 +168,9 @@ func (c *common) records(ctx context.Context, cfg *config.Config, groups []strin
 	ctx, cancel := context.WithTimeout(ctx, cfg.APITimeout)
 	defer cancel()
 	wl := workload.New(kube, cfg.APITimeout)
+	if dyn, err := dynamic.NewForConfig(rc); err == nil {
+		wl.SetDynamic(dyn) // an anchor of a declared kind (K2)
+	}
 	keys := state.Keys{Prefix: cfg.AnnotationPrefix}
 	for _, name := range groups {
 		g, ok := cfg.Group(name)

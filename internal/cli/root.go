@@ -158,6 +158,10 @@ func (c *common) load() (*config.Config, error) {
 	if err != nil {
 		return nil, &ExitError{Code: ExitInvalid, Err: err} // names the file already
 	}
+	// The kinds it declares join the kind table (K2).
+	if err := workload.Declare(cfg.Kinds); err != nil {
+		return nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("%s: %w", c.configPath, err)}
+	}
 	return cfg, nil
 }
 

@@ -55,6 +55,59 @@ func KindNames() []string { return slices.Clone(kindNames) }
 // SupportedKind reports whether kind is one of KindNames.
 func SupportedKind(kind string) bool { return slices.Contains(kindNames, kind) }
 
+// DeclaredKind is a workload kind beyond the built-in four, declared under
+// `kinds:` (K2): a custom resource with a pod template, such as Argo
+// Rollouts' Rollout. Once declared, targets, anchors and discovery use it
+// by its Kind name like a built-in kind.
+type DeclaredKind struct {
+	Group   string `yaml:"group"`
+	Version string `yaml:"version"`
+	Kind    string `yaml:"kind"`
+	// PodTemplate is the dotted path of the pod template (a
+	// PodTemplateSpec: metadata and spec) from the object's root:
+	// "spec.template".
+	PodTemplate string `yaml:"podTemplate"`
+	// Resource is the plural resource name; "" is the kind's usual plural
+	// ("rollouts"), which the API server's discovery confirms at start.
+	Resource string `yaml:"resource,omitempty"`
+	// Selector is the dotted path of the label selector of the kind's
+	// pods, whose running images N1 checks; "" is "selector" beside the
+	// pod template ("spec.selector"), "-" is none (no pods to check).
+	Selector string `yaml:"selector,omitempty"`
+}
+
+// String names the kind with its API group and version:
+// "Rollout (argoproj.io/v1alpha1)".
+func (k DeclaredKind) String() string {
+	return fmt.Sprintf("%s (%s/%s)", k.Kind, k.Group, k.Version)
+}
+
+// PodTemplatePath is PodTemplate split at its dots.
+func (k DeclaredKind) PodTemplatePath() []string { return strings.Split(k.PodTemplate, ".") }
+
+// SelectorPath is the path of the pods' label selector: Selector split at
+// its dots, its default, or nil for "-".
+func (k DeclaredKind) SelectorPath() []string {
+	switch k.Selector {
+	case "-":
+		return nil
+	case "":
+		p := k.PodTemplatePath()
+		return append(slices.Clone(p[:len(p)-1]), "selector")
+	}
+	return strings.Split(k.Selector, ".")
+}
+
+// KindNames lists the kinds targets and anchors of c may name: the
+// built-in ones, then those c declares.
+func (c *Config) KindNames() []string {
+	out := KindNames()
+	for _, k := range c.Kinds {
+		out = append(out, k.Kind)
+	}
+	return out
+}
+
 // Workload names one workload object.
 type Workload struct {
 	Kind      Kind   `yaml:"kind"`
@@ -232,7 +285,9 @@ type Config struct {
 	// Verification are the signature policies of V1; the first whose
 	// repositories match an image applies to it (VerificationFor).
 	Verification []VerificationPolicy `yaml:"verification"`
-	Groups       []Group              `yaml:"groups"`
+	// Kinds declares workload kinds beyond the built-in four (K2).
+	Kinds  []DeclaredKind `yaml:"kinds"`
+	Groups []Group        `yaml:"groups"`
 }
 
 // Defaults returns a Config with every optional setting at its default and

@@ -44,6 +44,20 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 				d.verificationPolicy(path, n, &c.Verification[len(c.Verification)-1])
 			})
 		},
+		"kinds": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, n *yaml.Node) {
+				c.Kinds = append(c.Kinds, DeclaredKind{})
+				k := &c.Kinds[len(c.Kinds)-1]
+				d.mapping(path, n, map[string]fieldFunc{
+					"group":       d.str(&k.Group),
+					"version":     d.str(&k.Version),
+					"kind":        d.str(&k.Kind),
+					"podTemplate": d.str(&k.PodTemplate),
+					"resource":    d.str(&k.Resource),
+					"selector":    d.str(&k.Selector),
+				})
+			})
+		},
 		"groups": func(path string, n *yaml.Node) {
 			d.sequence(path, n, func(path string, n *yaml.Node) {
 				c.Groups = append(c.Groups, Group{})

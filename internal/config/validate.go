@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -29,6 +30,9 @@ type validator struct {
 	problems
 	lines  map[string]int
 	failed map[string]bool
+	// kinds are the kind names targets and anchors may use: the built-in
+	// ones and the config's declared ones (K2).
+	kinds []string
 }
 
 func (v *validator) errorf(path, format string, args ...any) {
@@ -41,7 +45,7 @@ func (v *validator) errorf(path, format string, args ...any) {
 }
 
 func (c *Config) validate(lines map[string]int, failed map[string]bool) []error {
-	v := &validator{lines: lines, failed: failed}
+	v := &validator{lines: lines, failed: failed, kinds: c.KindNames()}
 	prefix := c.AnnotationPrefix
 	if !v.name("annotationPrefix", prefix, "DNS subdomain", validation.IsDNS1123Subdomain) {
 		prefix = "" // do not also fail every image name on a bad prefix
@@ -74,6 +78,7 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 		string(imageref.PinTagAndDigest), string(imageref.PinDigest))
 	v.registries(c.Registries)
 	v.verification(c.Verification)
+	v.declaredKinds(c.Kinds)
 	v.groups(c.Groups, prefix)
 	return v.errs
 }
@@ -114,12 +119,68 @@ func (v *validator) kind(path string, k Kind) bool {
 		v.errorf(path, "missing")
 		return false
 	}
-	if !SupportedKind(k) {
-		v.errorf(path, "kind %q is not supported (want one of %s)", k, strings.Join(KindNames(), ", "))
+	if !slices.Contains(v.kinds, k) {
+		v.errorf(path, "kind %q is not supported (want one of %s, or declare it under kinds:)", k, strings.Join(v.kinds, ", "))
 		return false
 	}
 	return true
 }
+
+// kindName is the form of a Kind: an upper-case letter, then letters and
+// digits (the API server's own rule for a CRD's kind is looser; this is
+// the form every kind in use has).
+var kindName = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+
+// declaredKinds checks the kinds: declarations (K2). A declared kind is
+// named by its Kind alone in targets and anchors, so it must not be a
+// built-in kind's name nor declared twice.
+func (v *validator) declaredKinds(kinds []DeclaredKind) {
+	seen := map[string]int{}
+	for i, k := range kinds {
+		p := fmt.Sprintf("kinds[%d]", i)
+		v.name(p+".group", k.Group, "API group (DNS-1123 subdomain)", validation.IsDNS1123Subdomain)
+		v.name(p+".version", k.Version, "API version (DNS-1123 label)", validation.IsDNS1123Label)
+		switch {
+		case k.Kind == "":
+			v.errorf(p+".kind", "missing")
+		case !kindName.MatchString(k.Kind):
+			v.errorf(p+".kind", "%q is not a kind name (an upper-case letter, then letters and digits: Rollout)", k.Kind)
+		case SupportedKind(k.Kind):
+			v.errorf(p+".kind", "%s is a built-in kind; declare only kinds beyond %s", k.Kind, strings.Join(KindNames(), ", "))
+		default:
+			if j, dup := seen[k.Kind]; dup {
+				v.errorf(p+".kind", "%s is declared twice (also kinds[%d]); targets name a kind by its kind alone", k.Kind, j)
+			}
+			seen[k.Kind] = i
+		}
+		v.dottedPath(p+".podTemplate", k.PodTemplate, true)
+		if k.Resource != "" {
+			v.name(p+".resource", k.Resource, "resource name (DNS-1123 label, the plural: rollouts)", validation.IsDNS1123Label)
+		}
+		if k.Selector != "" && k.Selector != "-" {
+			v.dottedPath(p+".selector", k.Selector, false)
+		}
+	}
+}
+
+// dottedPath checks a field path such as spec.template: segments of
+// letters and digits, joined by dots.
+func (v *validator) dottedPath(path, value string, required bool) {
+	if value == "" {
+		if required {
+			v.errorf(path, "missing (the dotted path of the pod template: spec.template)")
+		}
+		return
+	}
+	for _, seg := range strings.Split(value, ".") {
+		if !fieldName.MatchString(seg) {
+			v.errorf(path, "%q is not a dotted field path (spec.template)", value)
+			return
+		}
+	}
+}
+
+var fieldName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
 
 func (v *validator) workload(path string, w Workload) bool {
 	ok := v.kind(path+".kind", w.Kind)

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
@@ -98,6 +99,12 @@ func List(ctx context.Context, r client.Reader, prefix string, scope []string) (
 // that the kinds table stays the one list of kinds.
 func listOf(kind *workload.Kind) (client.ObjectList, error) {
 	gvk := schema.GroupVersionKind{Group: kind.Group, Version: kind.Version, Kind: kind.Name + "List"}
+	if kind.Declared {
+		// A declared kind (K2) is listed as unstructured objects.
+		l := &unstructured.UnstructuredList{}
+		l.SetGroupVersionKind(gvk)
+		return l, nil
+	}
 	obj, err := scheme.Scheme.New(gvk)
 	if err != nil {
 		return nil, fmt.Errorf("list type of %s: %w", kind.Name, err)

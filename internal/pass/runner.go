@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -54,10 +55,25 @@ func NewRunner(rc *rest.Config, cfg *config.Config, o RunnerOptions) (*Runner, e
 	rc = rest.CopyConfig(rc)
 	rc.UserAgent = o.UserAgent
 	rc.QPS, rc.Burst = APIQPS, APIBurst
-	kube, err := kubernetes.NewForConfig(rc)
+	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		return nil, err
 	}
+	kube, err := kubernetes.NewForConfigAndClient(rc, hc)
+	if err != nil {
+		return nil, err
+	}
+	// Declared kinds (K2) join the kind table, and are read and written
+	// with the dynamic client.
+	if err := workload.Declare(cfg.Kinds); err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(rc, hc)
+	if err != nil {
+		return nil, err
+	}
+	wl := workload.New(kube, cfg.APITimeout)
+	wl.SetDynamic(dyn)
 	hosts := make([]registry.HostConfig, 0, len(cfg.Registries))
 	for _, h := range cfg.Registries {
 		hosts = append(hosts, registry.HostConfig{Host: h.Host, Insecure: h.Insecure, CAFile: h.CAFile})
@@ -74,7 +90,7 @@ func NewRunner(rc *rest.Config, cfg *config.Config, o RunnerOptions) (*Runner, e
 	}
 	return &Runner{
 		Config: cfg, ConfigPath: o.ConfigPath, Kube: kube,
-		Workloads: workload.New(kube, cfg.APITimeout), Resolver: res, Metrics: o.Metrics, Log: o.Log,
+		Workloads: wl, Resolver: res, Metrics: o.Metrics, Log: o.Log,
 		ServiceAccountSource: registry.ServiceAccountsFromAPI(kube, cfg.APITimeout),
 		Instance:             InstanceName(), Now: o.Now,
 	}, nil

@@ -83,7 +83,7 @@ func (c *Client) readCache(ctx context.Context, ref Ref) (*Object, error) {
 	if err := c.cache.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	return FromObject(obj), nil
+	return Snapshot(obj)
 }
 
 // wrote remembers the object a write of this client stored (Cached).

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -54,6 +55,7 @@ type Client struct {
 	Now func() time.Time
 
 	kube       kubernetes.Interface
+	dyn        dynamic.Interface // SetDynamic: declared kinds (K2)
 	apiTimeout time.Duration
 	cache      client.Reader // SetCache; nil: every read is a GET
 

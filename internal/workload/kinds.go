@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,13 +45,18 @@ type Kind struct {
 	// CronJob's Jobs), whose running images N1 checks.
 	Pods bool
 
-	typ       reflect.Type
+	// Declared: the config declared the kind (K2); its objects are
+	// *unstructured.Unstructured, read and written with the dynamic client.
+	Declared bool
+	decl     config.DeclaredKind
+
+	typ       reflect.Type // a built-in kind's Go type
 	newObject func() client.Object
-	template  func(client.Object) *corev1.PodTemplateSpec
+	template  func(client.Object) (*corev1.PodTemplateSpec, error)
 	selector  func(client.Object) *metav1.LabelSelector
 	settled   func(client.Object) Settledness
-	get       func(ctx context.Context, kube kubernetes.Interface, namespace, name string) (client.Object, error)
-	patch     func(ctx context.Context, kube kubernetes.Interface, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (client.Object, error)
+	get       func(ctx context.Context, c *Client, namespace, name string) (client.Object, error)
+	patch     func(ctx context.Context, c *Client, namespace, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (client.Object, error)
 }
 
 // APIVersion is the kind's group/version, as in a manifest: "apps/v1".
@@ -76,14 +83,14 @@ func kind[T client.Object](name, group, resource string, path []string, newObjec
 		Name: name, Group: group, Version: "v1", Resource: resource, PodSpecPath: path, Pods: true,
 		typ:       reflect.TypeOf(newObject()),
 		newObject: func() client.Object { return newObject() },
-		template:  func(o client.Object) *corev1.PodTemplateSpec { return template(o.(T)) },
+		template:  func(o client.Object) (*corev1.PodTemplateSpec, error) { return template(o.(T)), nil },
 		selector:  func(o client.Object) *metav1.LabelSelector { return selector(o.(T)) },
 		settled:   func(o client.Object) Settledness { return settled(o.(T)) },
-		get: func(ctx context.Context, kube kubernetes.Interface, ns, n string) (client.Object, error) {
-			return clientFor(kube, ns).Get(ctx, n, metav1.GetOptions{})
+		get: func(ctx context.Context, c *Client, ns, n string) (client.Object, error) {
+			return clientFor(c.kube, ns).Get(ctx, n, metav1.GetOptions{})
 		},
-		patch: func(ctx context.Context, kube kubernetes.Interface, ns, n string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (client.Object, error) {
-			return clientFor(kube, ns).Patch(ctx, n, pt, data, opts)
+		patch: func(ctx context.Context, c *Client, ns, n string, pt types.PatchType, data []byte, opts metav1.PatchOptions) (client.Object, error) {
+			return clientFor(c.kube, ns).Patch(ctx, n, pt, data, opts)
 		},
 	}
 }
@@ -141,15 +148,27 @@ func table(entries ...*Kind) []*Kind {
 
 func (k *Kind) withoutPods() *Kind { k.Pods = false; return k }
 
-// Kinds lists the supported kinds.
-func Kinds() []*Kind { return kinds }
+// Kinds lists the supported kinds: the built-in ones, then those the
+// config declared (Declare).
+func Kinds() []*Kind {
+	if d := declared.Load(); d != nil {
+		return slices.Concat(kinds, *d)
+	}
+	return kinds
+}
 
 // KindNames lists the supported kinds' names: "Deployment", ….
-func KindNames() []string { return config.KindNames() }
+func KindNames() []string {
+	var out []string
+	for _, k := range Kinds() {
+		out = append(out, k.Name)
+	}
+	return out
+}
 
 // LookupKind returns the entry of a kind name.
 func LookupKind(name string) (*Kind, bool) {
-	for _, k := range kinds {
+	for _, k := range Kinds() {
 		if k.Name == name {
 			return k, true
 		}
@@ -157,8 +176,18 @@ func LookupKind(name string) (*Kind, bool) {
 	return nil, false
 }
 
-// KindOf returns the entry of an object's Go type.
+// KindOf returns the entry of an object's Go type, or of a declared kind's
+// object (unstructured) its group, version and kind.
 func KindOf(obj client.Object) (*Kind, bool) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		gvk := u.GroupVersionKind()
+		for _, k := range Kinds() {
+			if k.Declared && k.Name == gvk.Kind && k.Group == gvk.Group && k.Version == gvk.Version {
+				return k, true
+			}
+		}
+		return nil, false
+	}
 	t := reflect.TypeOf(obj)
 	for _, k := range kinds {
 		if k.typ == t {
@@ -183,10 +212,15 @@ func Images(o client.Object) map[string]string {
 	return out
 }
 
-// PodSpec returns the pod template spec of a supported object, else nil.
+// PodSpec returns the pod template spec of a supported object, else nil
+// (also for a declared kind's object whose pod template does not decode:
+// FromObject's error names it). A built-in kind's is the object's own; a
+// declared kind's is a copy.
 func PodSpec(obj client.Object) *corev1.PodSpec {
 	if k, ok := KindOf(obj); ok {
-		return &k.template(obj).Spec
+		if t, err := k.template(obj); err == nil {
+			return &t.Spec
+		}
 	}
 	return nil
 }
@@ -199,30 +233,43 @@ func SettlednessOf(obj client.Object) Settledness {
 	return notSettled("unsupported kind %T", obj)
 }
 
-// FromObject snapshots a supported object; nil for another type. It never
-// writes to obj, and the Object shares nothing mutable with it, so obj may
-// be the informer cache's own object (readCache).
+// FromObject snapshots a supported object; nil for another type, or for a
+// declared kind's object whose pod template does not decode (Snapshot says
+// why). It never writes to obj, and the Object shares nothing mutable with
+// it, so obj may be the informer cache's own object (readCache).
 func FromObject(obj client.Object) *Object {
-	k, ok := KindOf(obj)
-	if !ok {
-		return nil
-	}
-	meta, err := metaOf(obj)
-	if err != nil {
-		return nil
-	}
-	o := newObject(k, meta, k.template(obj), k.settled(obj))
-	o.Selector = k.selector(obj).DeepCopy()
+	o, _ := Snapshot(obj)
 	return o
 }
 
-func metaOf(obj client.Object) (*metav1.ObjectMeta, error) {
+// Snapshot is FromObject with the reason an object is not snapshotted.
+func Snapshot(obj client.Object) (*Object, error) {
+	k, ok := KindOf(obj)
+	if !ok {
+		return nil, fmt.Errorf("%T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), UnsupportedKind(obj.GetObjectKind().GroupVersionKind().Kind))
+	}
+	tmpl, err := k.template(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s: %w", k.Name, obj.GetNamespace(), obj.GetName(), err)
+	}
+	o := newObject(k, metaOf(obj), tmpl, k.settled(obj))
+	o.Selector = k.selector(obj).DeepCopy()
+	return o, nil
+}
+
+// metaOf is a built-in object's own ObjectMeta, or a declared kind's
+// metadata (unstructured) as one.
+func metaOf(obj client.Object) *metav1.ObjectMeta {
 	if m, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
 		if om, ok := m.GetObjectMeta().(*metav1.ObjectMeta); ok {
-			return om, nil
+			return om
 		}
 	}
-	return nil, fmt.Errorf("%T has no ObjectMeta", obj)
+	return &metav1.ObjectMeta{
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID(),
+		ResourceVersion: obj.GetResourceVersion(), Generation: obj.GetGeneration(),
+		Labels: obj.GetLabels(), Annotations: obj.GetAnnotations(), ManagedFields: obj.GetManagedFields(),
+	}
 }
 
 // read and patch are the only API calls on workloads: everything else
@@ -232,11 +279,11 @@ func (c *Client) read(ctx context.Context, ref Ref) (*Object, error) {
 	k, _ := LookupKind(ref.Kind)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	obj, err := k.get(ctx, c.kube, ref.Namespace, ref.Name)
+	obj, err := k.get(ctx, c, ref.Namespace, ref.Name)
 	if err != nil {
 		return nil, err
 	}
-	return FromObject(obj), nil
+	return Snapshot(obj)
 }
 
 // patch writes with FieldManager (R17) and returns the object as written.
@@ -248,11 +295,14 @@ func (c *Client) patchAs(ctx context.Context, ref Ref, pt types.PatchType, data 
 	k, _ := LookupKind(ref.Kind)
 	callCtx, cancel := c.bounded(ctx)
 	defer cancel()
-	obj, err := k.patch(callCtx, c.kube, ref.Namespace, ref.Name, pt, data, metav1.PatchOptions{FieldManager: manager})
+	obj, err := k.patch(callCtx, c, ref.Namespace, ref.Name, pt, data, metav1.PatchOptions{FieldManager: manager})
 	if err != nil {
 		return nil, err
 	}
-	out := FromObject(obj)
+	out, err := Snapshot(obj)
+	if err != nil {
+		return nil, err
+	}
 	c.wrote(out)
 	return out, nil
 }
