@@ -19,8 +19,9 @@
 #     the last-applied annotation)
 #   rollouts-controller --kubeconfig="$KUBECONFIG" --leader-elect=false \
 #     --healthzPort=PORT --metricsPort=PORT
-#     (both servers listen on 0.0.0.0, default ports 8080 and 8090: pass free
-#     ones)
+#     (the release's servers listen on 0.0.0.0; this build patches them to
+#     127.0.0.1, as every server of the tests listens on loopback only; pass
+#     free ports, the defaults are 8080 and 8090)
 # Idempotent: a stamp file records what was built; nothing is rebuilt when it
 # matches. Prints the controller's path on stdout, progress on stderr.
 set -euo pipefail
@@ -33,7 +34,7 @@ cache=${IMAGE_REFRESH_CLUSTER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/image-refresh
 bin="$cache/rollouts-controller"
 crds="$cache/argo-rollouts-crds"
 stamp="$cache/.stamp-argo-rollouts"
-want="argo-rollouts=${ARGO_ROLLOUTS_VERSION} toolchain=${GOTOOLCHAIN}"
+want="argo-rollouts=${ARGO_ROLLOUTS_VERSION} toolchain=${GOTOOLCHAIN} listen=loopback"
 
 log() { printf '[build-argo-rollouts %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -69,6 +70,12 @@ dir=$(cd / && GOFLAGS=-mod=mod go mod download -json "${module}@${ARGO_ROLLOUTS_
 src=$(mktemp -d "${TMPDIR:-/tmp}/argo-rollouts-src.XXXXXX")
 trap 'rm -rf "$src"' EXIT
 cp -r "$dir/." "$src/" && chmod -R u+w "$src"
+
+# The metrics and health servers listen on 0.0.0.0 and no flag sets the
+# address; the tests' servers listen on loopback only.
+sed -i 's|listenAddr *= "0.0.0.0:%d"|listenAddr = "127.0.0.1:%d"|' "$src/controller/controller.go"
+grep -q 'listenAddr = "127.0.0.1:%d"' "$src/controller/controller.go" \
+  || die "could not set the listen address of controller/controller.go to loopback (has the source changed?)"
 
 # The release's Makefile sets these; its VERSION file is not kept current, so
 # the version comes from the module version (the binary says vX.Y.Z+unknown:
