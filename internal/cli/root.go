@@ -240,7 +240,18 @@ func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics
 	if errors.As(err, &invalidRegistries) {
 		return nil, &ExitError{Code: ExitInvalid, Err: invalidRegistries.Err}
 	}
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	// A declared kind the API server does not serve as declared (K2) is
+	// said once, before any pass reads a target of it.
+	if err := workload.CheckServed(r.Kube.Discovery(), cfg.Kinds); err != nil {
+		if errors.Is(err, workload.ErrKindNotServed) {
+			return nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("%s: %w", c.configPath, err)}
+		}
+		return nil, err
+	}
+	return r, nil
 }
 
 func newVersion() *cobra.Command {

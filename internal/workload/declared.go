@@ -11,12 +11,14 @@ import (
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -260,4 +262,51 @@ func rolloutStatus(u *unstructured.Unstructured) Settledness {
 		return notSettled("Rollout is %s: %s", phase, msg)
 	}
 	return notSettled("Rollout is %s", phase)
+}
+
+// ErrKindNotServed means a declared kind is not served by the API server
+// as declared: its CRD is not installed, or under another version or
+// resource name.
+var ErrKindNotServed = errors.New("not served by the API server")
+
+// CheckServed confirms with the API server's discovery that it serves
+// each declared kind as the table reads and writes it: the group and
+// version, the resource name, namespaced. tick, run and status call it at
+// start, so a missing CRD is said once and plainly rather than as a
+// failed read of every target.
+func CheckServed(disco discovery.DiscoveryInterface, kinds []config.DeclaredKind) error {
+	var errs []error
+	for i, d := range kinds {
+		k, ok := LookupKind(d.Kind)
+		if !ok {
+			continue
+		}
+		at := fmt.Sprintf("kinds[%d]: %s", i, d)
+		list, err := disco.ServerResourcesForGroupVersion(d.Group + "/" + d.Version)
+		switch {
+		case apierrors.IsNotFound(err):
+			errs = append(errs, fmt.Errorf("%s: %w: no API %s/%s (is its CRD installed? kubectl get crd)", at, ErrKindNotServed, d.Group, d.Version))
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: read the API server's discovery of %s/%s: %w", at, d.Group, d.Version, err))
+			continue
+		}
+		var served *metav1.APIResource
+		for j := range list.APIResources {
+			r := &list.APIResources[j]
+			if r.Kind == d.Kind && !strings.Contains(r.Name, "/") {
+				served = r
+				break
+			}
+		}
+		switch {
+		case served == nil:
+			errs = append(errs, fmt.Errorf("%s: %w: %s/%s has no kind %s (is its CRD installed? kubectl get crd)", at, ErrKindNotServed, d.Group, d.Version, d.Kind))
+		case served.Name != k.Resource:
+			errs = append(errs, fmt.Errorf("%s: %w as resource %s: the API server serves it as %s; set resource: %s", at, ErrKindNotServed, k.Resource, served.Name, served.Name))
+		case !served.Namespaced:
+			errs = append(errs, fmt.Errorf("%s: %w as a namespaced kind: it is cluster-scoped, and a workload is namespaced", at, ErrKindNotServed))
+		}
+	}
+	return errors.Join(errs...)
 }

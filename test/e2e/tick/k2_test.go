@@ -118,3 +118,34 @@ func TestTick_K2_ADeclaredKindIsATargetAndAnAnchorUnderEveryRule(t *testing.T) {
 		t.Errorf("recorded %q after the settled change, want %s", got, next)
 	}
 }
+
+// K2, R19: a declared kind the API server does not serve as declared
+// (its CRD not installed; another resource name) stops tick at start with
+// the exit code of an invalid config and a message that names the kinds:
+// entry and the fix, before any target is read.
+func TestTick_K2_R19_AKindTheAPIServerDoesNotServeAsDeclaredIsNamedAtStart(t *testing.T) {
+	e := newEnv(t)
+	// A kind of its own: declared here with another resource, which no
+	// other test of this process may declare otherwise.
+	testenv.InstallPodSetLike(t, e.C.Config, "PodFleet")
+	for _, tc := range []struct{ kinds, want string }{
+		{"kinds:\n  - {group: argoproj.io, version: v1alpha1, kind: Rollout, podTemplate: spec.template}\n",
+			"kinds[0]: Rollout (argoproj.io/v1alpha1): not served by the API server: no API argoproj.io/v1alpha1 (is its CRD installed?"},
+		{"kinds:\n  - {group: e2e.image-refresh.io, version: v1, kind: PodFleet, podTemplate: spec.template, resource: pods}\n",
+			"the API server serves it as podfleets; set resource: podfleets"},
+	} {
+		group := strings.ReplaceAll(k2Group, testenv.PodSetKindYAML, tc.kinds)
+		for _, k := range []string{"Rollout", "PodFleet"} {
+			if strings.Contains(tc.kinds, k) {
+				group = strings.ReplaceAll(group, "PodSet", k)
+			}
+		}
+		code, logs := e.Tick(e.Config(group))
+		if code != 2 || !strings.Contains(logs, tc.want) {
+			t.Errorf("%s: exit %d, want 2 and a message with %q\n%s", tc.kinds, code, tc.want, logs)
+		}
+		if strings.Contains(logs, "first observation") {
+			t.Errorf("a tick with an unserved kind went on to a pass:\n%s", logs)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,9 @@ type Env struct {
 	// stuck names the Deployments the test made unable to settle
 	// (wontSettle): tick does not wait for them.
 	Stuck map[string]bool
+	// WhRules are more rules of the webhook WhStartProbed installs (a
+	// declared kind's resource, K2).
+	WhRules []admissionregistrationv1.RuleWithOperations
 }
 
 // WontSettle tells the env that the test made these Deployments unable to

@@ -51,10 +51,10 @@ func (e *Env) WhStartProbed(cfg, probe string, images map[string]string, extra .
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:         "workloads.image-refresh.io",
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
+			Rules: append([]admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "daemonsets", "statefulsets"}},
-			}},
+			}}, e.WhRules...),
 			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{ManagedLabel: "true"}},
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.NS}},
 			FailurePolicy:           &ignore,

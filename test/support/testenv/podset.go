@@ -44,11 +44,11 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 const podSetCRD = `{
   "apiVersion": "apiextensions.k8s.io/v1",
   "kind": "CustomResourceDefinition",
-  "metadata": {"name": "podsets.e2e.image-refresh.io"},
+  "metadata": {"name": "PLURAL.e2e.image-refresh.io"},
   "spec": {
     "group": "e2e.image-refresh.io",
     "scope": "Namespaced",
-    "names": {"plural": "podsets", "singular": "podset", "kind": "PodSet", "listKind": "PodSetList"},
+    "names": {"plural": "PLURAL", "singular": "SINGULAR", "kind": "KIND", "listKind": "KINDList"},
     "versions": [{
       "name": "v1", "served": true, "storage": true,
       "subresources": {"status": {}},
@@ -64,14 +64,25 @@ const podSetCRD = `{
 // it is never deleted) and waits until the API server serves the kind.
 func InstallPodSet(t testing.TB, rc *rest.Config) dynamic.Interface {
 	t.Helper()
+	return InstallPodSetLike(t, rc, PodSet.Kind)
+}
+
+// InstallPodSetLike installs a CRD of the PodSet's shape under another
+// kind of the same group (plural: the kind in lower case and "s"), for a
+// test that declares it in a way no other test may share.
+func InstallPodSetLike(t testing.TB, rc *rest.Config, kind string) dynamic.Interface {
+	t.Helper()
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	singular := strings.ToLower(kind)
 	var crd unstructured.Unstructured
-	if err := crd.UnmarshalJSON([]byte(podSetCRD)); err != nil {
+	if err := crd.UnmarshalJSON([]byte(strings.NewReplacer("PLURAL", singular+"s", "SINGULAR", singular, "KIND", kind).Replace(podSetCRD))); err != nil {
 		t.Fatal(err)
 	}
+	res := PodSetResource
+	res.Resource = singular + "s"
 	ctx := context.Background()
 	if _, err := dyn.Resource(crdGVR).Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create the PodSet CRD: %v", err)
@@ -79,11 +90,11 @@ func InstallPodSet(t testing.TB, rc *rest.Config) dynamic.Interface {
 	// Served once a list answers (the CRD is Established and the
 	// discovery of its group updated).
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(PodSetResource).Namespace("default").List(ctx, metav1.ListOptions{Limit: 1})
+		_, err := dyn.Resource(res).Namespace("default").List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("the PodSet CRD is not served: %v", err)
+		t.Fatalf("the %s CRD is not served: %v", kind, err)
 	}
 	return dyn
 }
