@@ -56,11 +56,18 @@ imagePullSecrets are read. Callers: include … | fromJson.
 */}}
 {{- define "image-refresh.workloads" -}}
 {{- $out := dict }}
-{{- range $g := .Values.config.groups }}
-{{- $refs := list (dict "w" $g.anchor "target" false) }}
-{{- range $img := $g.images }}
-{{- range $t := $img.targets }}
-{{- $refs = append $refs (dict "w" $t "target" true) }}
+{{- $kinds := list "Deployment" "DaemonSet" "StatefulSet" "CronJob" }}
+{{- range .Values.config.kinds }}{{ $kinds = append $kinds .kind }}{{ end }}
+{{- range $gi, $g := .Values.config.groups }}
+{{- $refs := list (dict "w" $g.anchor "target" false "at" (printf "/config/groups/%d/anchor/kind" $gi)) }}
+{{- range $ii, $img := $g.images }}
+{{- range $ti, $t := $img.targets }}
+{{- $refs = append $refs (dict "w" $t "target" true "at" (printf "/config/groups/%d/images/%d/targets/%d/kind" $gi $ii $ti)) }}
+{{- end }}
+{{- end }}
+{{- range $r := $refs }}
+{{- if not (has $r.w.kind $kinds) }}
+{{- fail (printf "%s: %s is not a kind image-refresh can pin: one of %s, or a kind declared under config.kinds (docs/kinds.md)" $r.at $r.w.kind (join ", " $kinds)) }}
 {{- end }}
 {{- end }}
 {{- range $r := $refs }}
@@ -86,14 +93,56 @@ or image-refresh-state- and 40 hex digits of its SHA-256 when longer than
 {{- $n }}
 {{- end }}
 
-{{/* The resource of a workload kind (internal/workload's kind table). */}}
+{{/*
+The resource of a workload kind (internal/workload's kind table), or of a
+kind config.kinds declares (K2): its resource, else the usual plural the
+binary guesses too (meta.UnsafeGuessKindToResource). Called with
+(dict "kind" KIND "root" $).
+*/}}
 {{- define "image-refresh.resource" -}}
-{{- get (dict "Deployment" "deployments" "DaemonSet" "daemonsets" "StatefulSet" "statefulsets" "CronJob" "cronjobs") . }}
+{{- $builtin := (dict "Deployment" "deployments" "DaemonSet" "daemonsets" "StatefulSet" "statefulsets" "CronJob" "cronjobs") }}
+{{- if hasKey $builtin .kind }}
+{{- get $builtin .kind }}
+{{- else }}
+{{- range .root.Values.config.kinds }}
+{{- if eq .kind $.kind }}
+{{- if .resource }}{{ .resource }}
+{{- else }}
+{{- $s := lower .kind }}
+{{- if hasSuffix "s" $s }}{{ $s }}es{{ else if hasSuffix "y" $s }}{{ trimSuffix "y" $s }}ies{{ else }}{{ $s }}s{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
-{{/* The API group of a workload kind (internal/workload's kind table). */}}
+{{/*
+The API group of a workload kind (internal/workload's kind table), or of a
+kind config.kinds declares (K2). Called with (dict "kind" KIND "root" $).
+*/}}
 {{- define "image-refresh.apiGroup" -}}
-{{- get (dict "Deployment" "apps" "DaemonSet" "apps" "StatefulSet" "apps" "CronJob" "batch") . }}
+{{- $builtin := (dict "Deployment" "apps" "DaemonSet" "apps" "StatefulSet" "apps" "CronJob" "batch") }}
+{{- if hasKey $builtin .kind }}
+{{- get $builtin .kind }}
+{{- else }}
+{{- range .root.Values.config.kinds }}
+{{- if eq .kind $.kind }}{{ .group }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The kinds config.kinds declares (K2), by API group, as JSON
+{"argoproj.io": ["rollouts"]}: discovery and its webhooks cover them
+beside the built-in kinds.
+*/}}
+{{- define "image-refresh.declared" -}}
+{{- $out := dict }}
+{{- range .Values.config.kinds }}
+{{- $r := include "image-refresh.resource" (dict "kind" .kind "root" $) }}
+{{- $_ := set $out .group (append (get $out .group | default (list)) $r | uniq | sortAlpha) }}
+{{- end }}
+{{- toJson $out }}
 {{- end }}
 
 {{/*
@@ -105,8 +154,8 @@ watches exactly these kinds, in every namespace of the config.
 {{- $out := dict }}
 {{- range $ns, $info := include "image-refresh.workloads" . | fromJson }}
 {{- range $kind, $names := $info.kinds }}
-{{- $group := include "image-refresh.apiGroup" $kind }}
-{{- $_ := set $out $group (append (get $out $group | default (list)) (include "image-refresh.resource" $kind) | uniq | sortAlpha) }}
+{{- $group := include "image-refresh.apiGroup" (dict "kind" $kind "root" $) }}
+{{- $_ := set $out $group (append (get $out $group | default (list)) (include "image-refresh.resource" (dict "kind" $kind "root" $)) | uniq | sortAlpha) }}
 {{- end }}
 {{- end }}
 {{- toJson $out }}
@@ -313,6 +362,12 @@ The rules discovery needs on the workloads it finds (rbac-discovery.yaml).
 - apiGroups: [batch]
   resources: [cronjobs]
   verbs: [get, list, patch{{ if .controller }}, watch{{ end }}]
+{{- range $group, $resources := .declared }}
+# The kinds config.kinds declares ({{ $group }}), K2.
+- apiGroups: [{{ $group }}]
+  resources: [{{ join ", " $resources }}]
+  verbs: [get, list, patch{{ if $.controller }}, watch{{ end }}]
+{{- end }}
 # list{{ if .controller }}, watch{{ end }}: the pods, to compare the digest each runs (N1).
 - apiGroups: [""]
   resources: [pods]

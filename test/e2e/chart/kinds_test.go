@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -157,29 +160,39 @@ func TestChart_KindsMatchTheKindTable_WebhookRules(t *testing.T) {
 	}
 }
 
-func TestChart_KindsMatchTheKindTable_ValuesSchemaEnums(t *testing.T) {
+// The values schema names the kinds twice: the anchor's and the targets'
+// kind take any kind name (a built-in one or one config.kinds declares,
+// K2), and config.kinds' own kind must not be a built-in one.
+func TestChart_KindsMatchTheKindTable_ValuesSchemaKinds(t *testing.T) {
 	names, _, _, _ := kindTable(t)
 	var schema any
 	if err := json.Unmarshal([]byte(chartFile(t, "values.schema.json")), &schema); err != nil {
 		t.Fatal(err)
 	}
-	// Every "kind" property with an enum: the anchor's and the targets'.
-	found := 0
+	patterns, nots := 0, 0
 	var walk func(path string, v any)
 	walk = func(path string, v any) {
 		switch v := v.(type) {
 		case map[string]any:
 			if props, ok := v["properties"].(map[string]any); ok {
 				if kind, ok := props["kind"].(map[string]any); ok {
-					if enum, ok := kind["enum"].([]any); ok {
-						found++
-						var got []string
-						for _, e := range enum {
-							s, _ := e.(string)
-							got = append(got, s)
+					if p, ok := kind["pattern"].(string); ok {
+						patterns++
+						re := regexp.MustCompile(p)
+						for _, n := range append(slices.Clone(names), "Rollout") {
+							if !re.MatchString(n) {
+								t.Errorf("values.schema.json %s/properties/kind pattern %q refuses %s", path, p, n)
+							}
 						}
-						if !slices.Equal(got, names) {
-							t.Errorf("values.schema.json %s/properties/kind enum = %v, the kind table says %v", path, got, names)
+						if not, ok := kind["not"].(map[string]any); ok {
+							nots++
+							var got []string
+							for _, e := range not["enum"].([]any) {
+								got = append(got, e.(string))
+							}
+							if !slices.Equal(got, names) {
+								t.Errorf("values.schema.json %s: config.kinds refuses %v as a kind, the kind table's built-in kinds are %v", path, got, names)
+							}
 						}
 					}
 				}
@@ -194,7 +207,73 @@ func TestChart_KindsMatchTheKindTable_ValuesSchemaEnums(t *testing.T) {
 		}
 	}
 	walk("", schema)
-	if found < 2 {
-		t.Fatalf("values.schema.json: %d kind enums found, want the anchor's and the targets'", found)
+	if patterns < 3 || nots != 1 {
+		t.Fatalf("values.schema.json: %d kind patterns (want the anchor's, the targets' and config.kinds') and %d built-in exclusions (want 1)", patterns, nots)
+	}
+}
+
+// K2: the chart grants what a kind config.kinds declares needs, from the
+// declaration alone: get and patch on the named objects of the groups,
+// list and watch in the controller, discovery's rules, and the webhooks'
+// rules under the kind's own group and version; a kind a group names
+// that is neither built in nor declared fails the render, naming where.
+func TestChart_K2_DeclaredKindsGetTheirRBACAndWebhookRules(t *testing.T) {
+	h := newHelm(t)
+	values := map[string]any{
+		"mode":    "controller",
+		"webhook": map[string]any{"enabled": true},
+		"image":   map[string]any{"repository": "registry.example.com/ops/image-refresh"},
+		"config": map[string]any{
+			"kinds": []any{map[string]any{"group": "argoproj.io", "version": "v1alpha1", "kind": "Rollout", "podTemplate": "spec.template"}},
+			"groups": []any{map[string]any{
+				"name":   "shop",
+				"anchor": map[string]any{"kind": "Rollout", "namespace": "shop", "name": "web"},
+				"images": []any{map[string]any{"name": "web", "repository": "registry.example.com/acme/web", "tag": "prod",
+					"targets": []any{map[string]any{"kind": "Rollout", "namespace": "shop", "name": "web", "container": "web"}}}},
+			}},
+		},
+	}
+	m := h.template(valuesFile(t, values))
+	has := func(rules []rbacv1.PolicyRule, verb, name string) bool {
+		for _, r := range rules {
+			if slices.Contains(r.APIGroups, "argoproj.io") && slices.Contains(r.Resources, "rollouts") && slices.Contains(r.Verbs, verb) &&
+				(name == "" || slices.Contains(r.ResourceNames, name)) {
+				return true
+			}
+		}
+		return false
+	}
+	role := rolesByNamespace(m)["shop"][release+"-image-refresh"]
+	for _, v := range []struct{ verb, name string }{{"get", "web"}, {"patch", "web"}, {"list", ""}, {"watch", ""}} {
+		if !has(role, v.verb, v.name) {
+			t.Errorf("the Role in shop does not grant %s on argoproj.io rollouts %s: %+v", v.verb, v.name, role)
+		}
+	}
+	if has(role, "get", "other") {
+		t.Error("the Role grants get on Rollouts the config does not name")
+	}
+	discovered := false
+	for _, cr := range all[*rbacv1.ClusterRole](m) {
+		discovered = discovered || has(cr.Rules, "patch", "") && has(cr.Rules, "watch", "")
+	}
+	if !discovered {
+		t.Error("no ClusterRole lets discovery list, watch and patch the declared Rollouts")
+	}
+	mwc := one[*admissionregistrationv1.MutatingWebhookConfiguration](t, m)
+	for _, wh := range mwc.Webhooks {
+		found := false
+		for _, r := range wh.Rules {
+			found = found || slices.Equal(r.APIGroups, []string{"argoproj.io"}) && slices.Equal(r.APIVersions, []string{"v1alpha1"}) && slices.Equal(r.Resources, []string{"rollouts"})
+		}
+		if !found {
+			t.Errorf("webhook %s has no rule for argoproj.io/v1alpha1 rollouts: %+v", wh.Name, wh.Rules)
+		}
+	}
+
+	// Undeclared, the Rollout is a kind image-refresh cannot pin.
+	values["config"].(map[string]any)["kinds"] = []any{}
+	out, err := h.render(valuesFile(t, values))
+	if err == nil || !strings.Contains(out, "/config/groups/0/anchor/kind: Rollout is not a kind image-refresh can pin") {
+		t.Errorf("helm template with an undeclared Rollout: %v\n%s", err, out)
 	}
 }
