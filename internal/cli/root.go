@@ -102,9 +102,11 @@ func NewRoot(out, errOut io.Writer, opts ...Option) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "image-refresh",
 		Short: "Pin workloads to the digest their tag points to now, and keep them pinned",
-		Long: "image-refresh keeps every managed " + kindList() + ` running
-exactly the image its tag points to in the registry now, pinned by digest, and
-re-pins it when Helm, a rollback or any other writer re-renders it to repo:tag.
+		Long: "image-refresh keeps every managed " + kindList() + ` (and any
+kind with a pod template the config declares under kinds:, docs/kinds.md)
+running exactly the image its tag points to in the registry now, pinned by
+digest, and re-pins it when Helm, a rollback or any other writer re-renders
+it to repo:tag.
 
 What it does, rule by rule: docs/rules.md. Every state status shows, and its
 fix: docs/states/README.md.`,
@@ -173,10 +175,10 @@ func (c *common) statusCommand() string {
 	return "image-refresh status --config " + c.configPath
 }
 
-// kindList names the workload kinds of the kind table for help texts:
+// kindList names the built-in workload kinds for help texts:
 // "Deployment, DaemonSet, StatefulSet and CronJob".
 func kindList() string {
-	return andList(workload.KindNames())
+	return andList(config.KindNames())
 }
 
 // andList joins words as prose: "a", "a and b", "a, b and c".
