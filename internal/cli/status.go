@@ -125,10 +125,10 @@ func printRows(w io.Writer, rows []refresh.Row, wide bool) {
 		}
 		if wide {
 			t := r.TargetRef()
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, t.Namespace, t.Kind, targetCell(r), r.State, orDash(digest), runningCell(r.Running))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, t.Namespace, t.Kind, targetCell(r), stateCell(r), orDash(digest), runningCell(r.Running))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, targetCell(r), r.State, orDash(shortDigest(digest)), runningCell(r.Running))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Group, r.Image, targetCell(r), stateCell(r), orDash(shortDigest(digest)), runningCell(r.Running))
 	}
 	tw.Flush()
 	for _, r := range rows {
@@ -143,7 +143,24 @@ func printRows(w io.Writer, rows []refresh.Row, wide bool) {
 		if r.Remediation != "" {
 			fmt.Fprintf(w, "  fix: %s\n", wrap(r.Remediation, 71, "       "))
 		}
+		// The cause first, then what else holds because of it (O2).
+		for _, b := range r.Also {
+			fmt.Fprintf(w, "  also %s\n", wrap(string(b.State)+": "+b.Message, 71, "    "))
+			if b.Remediation != "" {
+				fmt.Fprintf(w, "    fix: %s\n", wrap(b.Remediation, 69, "         "))
+			}
+		}
 	}
+}
+
+// stateCell is a row's state, and the states that hold beside it:
+// "drifted (+running-stale)".
+func stateCell(r refresh.Row) string {
+	s := string(r.State)
+	for _, b := range r.Also {
+		s += " (+" + string(b.State) + ")"
+	}
+	return s
 }
 
 // printPlans prints what a --dry-run tick would do.

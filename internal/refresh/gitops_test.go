@@ -69,3 +69,33 @@ func TestDecide_O2_AGitOpsRevertAndFightNameTheToolItsApplicationAndItsSetting(t
 		},
 	})
 }
+
+// O2, N1: Argo CD synced the bare tag back over the pin, and a node that
+// had the tag cached runs an old build. The cause comes first: the row is
+// drifted, naming Argo CD, its Application and its setting that ends the
+// fight; running-stale is beside it with its own message and fix, and is
+// still a finding (WARN, Event).
+func TestDecide_O2_N1_ARevertIsShownFirstAndTheStalePodsItCausedBesideIt(t *testing.T) {
+	g := group(withImage("api", on(webAPI)))
+	argo := gitops.Writer{Tool: gitops.ArgoCD, App: "Application shop", Manager: "argocd-controller"}
+	run(t, map[string]decideCase{
+		"reverted by Argo CD, a pod on an old build": {
+			obs: observe(g, withAnchor(pinnedBefore("api", dB)), withLatest("api", dB), withLive(webAPI, onTag), byGitOps(argo),
+				withPods(web, "api", repo+"@"+dB, repo+"@"+dA)),
+			want: want{rows: []string{"api web/api: drifted"}, findings: []string{"api: WARN RunningStale benign"}, repin: &wantRepin{
+				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, argocd-controller)"},
+				wait:    []string{"web"}, clear: kv{k.Attempt(): deleted}}},
+			also: func(t *testing.T, p *Plan) {
+				r := p.Rows[0]
+				contains(t, "row message", r.Message, "Argo CD (Application shop)")
+				contains(t, "row remediation", r.Remediation, "RespectIgnoreDifferences=true")
+				if len(r.Also) != 1 || r.Also[0].State != StateRunningStale {
+					t.Fatalf("beside the cause: %+v, want running-stale", r.Also)
+				}
+				contains(t, "running-stale's message", short.Replace(r.Also[0].Message), "pod web-b on node node-2 runs <A>")
+				contains(t, "running-stale's fix", r.Also[0].Remediation, "delete the listed pods")
+			},
+		},
+	})
+}

@@ -246,6 +246,14 @@ const (
 	StateSuspended     State = "suspended"   // O1
 )
 
+// Beside is a state that holds beside a row's State, with its own message
+// and fix.
+type Beside struct {
+	State       State  `json:"state"`
+	Message     string `json:"message"`
+	Remediation string `json:"remediation,omitempty"`
+}
+
 // Row is one (group, image, target) line of `status`.
 type Row struct {
 	Group      string `json:"group"`
@@ -255,15 +263,19 @@ type Row struct {
 	Target     string `json:"target"`
 	// Slot is what holds the target's image when it is not a container:
 	// "init container" or "image volume" (K1).
-	Slot        string `json:"slot,omitempty"`
-	Latest      string `json:"latest"`
-	Recorded    string `json:"recorded"`
-	Live        string `json:"live"`
-	State       State  `json:"state"`
-	Attempts    int    `json:"attempts"`
-	SkipStreak  int    `json:"skipStreak"`
-	Message     string `json:"message"`
-	Remediation string `json:"remediation,omitempty"`
+	Slot     string `json:"slot,omitempty"`
+	Latest   string `json:"latest"`
+	Recorded string `json:"recorded"`
+	Live     string `json:"live"`
+	State    State  `json:"state"`
+	// Also are the other states that hold beside State (O2): State is the
+	// cause (a target off its pin, with its writer and its fix), Also its
+	// effects (its pods run a stale build).
+	Also        []Beside `json:"also,omitempty"`
+	Attempts    int      `json:"attempts"`
+	SkipStreak  int      `json:"skipStreak"`
+	Message     string   `json:"message"`
+	Remediation string   `json:"remediation,omitempty"`
 	// Running is what the target's pods run (N1): "3/3" on the expected
 	// digest, "2/3 (node-2 …)" naming the first pod off it, "" when not
 	// checked.

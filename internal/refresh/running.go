@@ -128,16 +128,26 @@ func (d *decision) running() {
 		if len(off) == 0 || !w.Settled {
 			continue
 		}
-		switch r.State {
-		case StatePinned, StateInert, StateFirstObserved, StateTagFlapping, StateQuarantined, StateWaiting, StateWindowClosed, StateQueued, StateDrifted:
-		default:
-			continue // a state that needs attention first says more
-		}
 		msg := fmt.Sprintf("%s runs another build than %s: %s", d.named(t), want, strings.Join(off, "; "))
-		r.State, r.Message = StateRunningStale, msg
-		r.Remediation = runningStaleRemediation(t, r.Live)
+		rem := runningStaleRemediation(t, r.Live)
+		switch r.State {
+		case StatePinned, StateInert, StateFirstObserved, StateTagFlapping, StateQuarantined, StateWaiting, StateWindowClosed, StateQueued:
+			// Nothing about the target itself is wrong: the stale pods
+			// are the finding.
+			r.State, r.Message, r.Remediation = StateRunningStale, msg, rem
+		case StateDrifted:
+			// O2: the target is off its pin (a revert, with its writer
+			// and the writer's fix): that is the cause, shown first; the
+			// stale pods are its effect, beside it.
+			r.Also = append(r.Also, Beside{State: StateRunningStale, Message: msg, Remediation: rem})
+		default:
+			// A state that needs attention first says more; the stale
+			// pods are shown beside it.
+			r.Also = append(r.Also, Beside{State: StateRunningStale, Message: msg, Remediation: rem})
+			continue
+		}
 		d.find(Finding{Severity: SeverityWarn, Reason: ReasonRunningStale, Image: r.Image, Target: &t,
-			Message: msg, Remediation: r.Remediation, NeedsHuman: d.s.FailOnRunningStale, Event: true})
+			Message: msg, Remediation: rem, NeedsHuman: d.s.FailOnRunningStale, Event: true})
 	}
 }
 

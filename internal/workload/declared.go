@@ -46,6 +46,13 @@ var ErrKindRedeclared = errors.New("kind already declared otherwise")
 func Declare(kinds []config.DeclaredKind) error {
 	declaredMu.Lock()
 	defer declaredMu.Unlock()
+	seen := map[string]bool{}
+	for _, d := range kinds {
+		if seen[d.Kind] {
+			return fmt.Errorf("kinds: %s is declared twice", d)
+		}
+		seen[d.Kind] = true
+	}
 	var add []*Kind
 	for _, d := range kinds {
 		if prev, ok := decls[d.Kind]; ok {
@@ -53,9 +60,6 @@ func Declare(kinds []config.DeclaredKind) error {
 				return fmt.Errorf("kinds: %s: %w (as %s, pod template %s)", d, ErrKindRedeclared, prev, prev.PodTemplate)
 			}
 			continue
-		}
-		if slices.ContainsFunc(add, func(k *Kind) bool { return k.Name == d.Kind }) {
-			return fmt.Errorf("kinds: %s is declared twice", d)
 		}
 		add = append(add, declaredKind(d))
 	}

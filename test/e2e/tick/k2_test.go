@@ -129,13 +129,14 @@ func TestTick_K2_R19_AKindTheAPIServerDoesNotServeAsDeclaredIsNamedAtStart(t *te
 	// other test of this process may declare otherwise.
 	testenv.InstallPodSetLike(t, e.C.Config, "PodFleet")
 	for _, tc := range []struct{ kinds, want string }{
-		{"kinds:\n  - {group: argoproj.io, version: v1alpha1, kind: Rollout, podTemplate: spec.template}\n",
-			"kinds[0]: Rollout (argoproj.io/v1alpha1): not served by the API server: no API argoproj.io/v1alpha1 (is its CRD installed?"},
+		// A group no test installs (Argo Rollouts' is, by another test).
+		{"kinds:\n  - {group: never.image-refresh.io, version: v1, kind: Widget, podTemplate: spec.template}\n",
+			"kinds[0]: Widget (never.image-refresh.io/v1): not served by the API server: no API never.image-refresh.io/v1 (is its CRD installed?"},
 		{"kinds:\n  - {group: e2e.image-refresh.io, version: v1, kind: PodFleet, podTemplate: spec.template, resource: pods}\n",
 			"the API server serves it as podfleets; set resource: podfleets"},
 	} {
 		group := strings.ReplaceAll(k2Group, testenv.PodSetKindYAML, tc.kinds)
-		for _, k := range []string{"Rollout", "PodFleet"} {
+		for _, k := range []string{"Widget", "PodFleet"} {
 			if strings.Contains(tc.kinds, k) {
 				group = strings.ReplaceAll(group, "PodSet", k)
 			}

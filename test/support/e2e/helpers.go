@@ -184,3 +184,28 @@ func CopyContent(t *testing.T, from, to *testregistry.Server, repo, tag, digest 
 		t.Fatalf("mirror copy has digest %s, want %s", got.Digest, digest)
 	}
 }
+
+// States is a status row's state, then the states beside it (its "also",
+// O2): ["drifted", "running-stale"].
+func States(row map[string]any) []string {
+	if row == nil {
+		return nil
+	}
+	s, _ := row["state"].(string)
+	out := []string{s}
+	also, _ := row["also"].([]any)
+	for _, a := range also {
+		if m, ok := a.(map[string]any); ok {
+			st, _ := m["state"].(string)
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// StatesAre reports whether a status row's state and the states beside it
+// are exactly want.
+func StatesAre(row map[string]any, want ...string) bool {
+	got := States(row)
+	return strings.Join(got, ",") == strings.Join(want, ",")
+}
