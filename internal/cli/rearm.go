@@ -29,7 +29,7 @@ locks out again. See docs/states/locked-out.md.`,
 			if group == "" {
 				return invalid("--group is required")
 			}
-			cfg, err := c.load()
+			cfg, err := c.loadServed()
 			if err != nil {
 				return err
 			}

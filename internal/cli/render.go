@@ -64,6 +64,12 @@ Exit codes:
 			if err != nil {
 				return err
 			}
+			// The declared kinds (K2) join the kind table; render needs
+			// no cluster to walk a stream, so they are not checked with
+			// the API server here.
+			if err := workload.Declare(cfg.Kinds); err != nil {
+				return &ExitError{Code: ExitInvalid, Err: fmt.Errorf("%s: %w", c.configPath, err)}
+			}
 			if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
 				return invalid("--namespace: %q is not a namespace name: %s", namespace, strings.Join(msgs, "; "))
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -160,10 +161,6 @@ func (c *common) load() (*config.Config, error) {
 	if err != nil {
 		return nil, &ExitError{Code: ExitInvalid, Err: err} // names the file already
 	}
-	// The kinds it declares join the kind table (K2).
-	if err := workload.Declare(cfg.Kinds); err != nil {
-		return nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("%s: %w", c.configPath, err)}
-	}
 	return cfg, nil
 }
 
@@ -245,15 +242,37 @@ func (c *common) runner(cfg *config.Config, log *slog.Logger, m *metrics.Metrics
 	if err != nil {
 		return nil, err
 	}
-	// A declared kind the API server does not serve as declared (K2) is
-	// said once, before any pass reads a target of it.
-	if err := workload.CheckServed(r.Kube.Discovery(), cfg.Kinds); err != nil {
+	return r, nil
+}
+
+// loadServed is load, then the config's declared kinds (K2) checked with
+// the API server and added to the kind table, before discovery lists
+// them or a pass reads one: a kind the API server does not serve as
+// declared exits 2, said once, naming its kinds: entry, and never joins
+// the table.
+func (c *common) loadServed() (*config.Config, error) {
+	cfg, err := c.load()
+	if err != nil || len(cfg.Kinds) == 0 {
+		return cfg, err
+	}
+	rc, err := c.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	if err := workload.CheckServed(disco, cfg.Kinds); err != nil {
 		if errors.Is(err, workload.ErrKindNotServed) {
 			return nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("%s: %w", c.configPath, err)}
 		}
 		return nil, err
 	}
-	return r, nil
+	if err := workload.Declare(cfg.Kinds); err != nil {
+		return nil, &ExitError{Code: ExitInvalid, Err: fmt.Errorf("%s: %w", c.configPath, err)}
+	}
+	return cfg, nil
 }
 
 func newVersion() *cobra.Command {

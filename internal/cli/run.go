@@ -167,7 +167,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := o.load()
+	cfg, err := o.loadServed()
 	if err != nil {
 		return err
 	}

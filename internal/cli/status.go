@@ -41,7 +41,7 @@ Exit codes:
 			if output != "table" && output != "wide" && output != "json" {
 				return invalid("-o: %q is not one of table, wide, json", output)
 			}
-			cfg, err := c.load()
+			cfg, err := c.loadServed()
 			if err != nil {
 				return err
 			}

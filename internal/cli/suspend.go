@@ -16,7 +16,7 @@ import (
 // suspendTarget finds a group's anchor for suspend and resume: an unknown
 // group is invalid (exit 2) and nothing is written.
 func (c *common) suspendTarget(cmd *cobra.Command, group string) (*config.Config, config.Group, *pass.Runner, error) {
-	cfg, err := c.load()
+	cfg, err := c.loadServed()
 	if err != nil {
 		return nil, config.Group{}, nil, err
 	}

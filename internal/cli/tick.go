@@ -33,7 +33,7 @@ Exit codes:
   2  the config or the flags are invalid; nothing was read or written`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := c.load()
+			cfg, err := c.loadServed()
 			if err != nil {
 				return err
 			}

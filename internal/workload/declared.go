@@ -276,15 +276,13 @@ var ErrKindNotServed = errors.New("not served by the API server")
 // CheckServed confirms with the API server's discovery that it serves
 // each declared kind as the table reads and writes it: the group and
 // version, the resource name, namespaced. tick, run and status call it at
-// start, so a missing CRD is said once and plainly rather than as a
-// failed read of every target.
+// start, before Declare, so a missing CRD is said once and plainly rather
+// than as a failed read of every target, and a kind that is not served
+// never joins the kind table.
 func CheckServed(disco discovery.DiscoveryInterface, kinds []config.DeclaredKind) error {
 	var errs []error
 	for i, d := range kinds {
-		k, ok := LookupKind(d.Kind)
-		if !ok {
-			continue
-		}
+		k := declaredKind(d)
 		at := fmt.Sprintf("kinds[%d]: %s", i, d)
 		list, err := disco.ServerResourcesForGroupVersion(d.Group + "/" + d.Version)
 		switch {

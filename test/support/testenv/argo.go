@@ -16,7 +16,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -40,25 +39,15 @@ const RolloutKindYAML = "kinds:\n  - {group: argoproj.io, version: v1alpha1, kin
 // Argo Rollouts' own examples do.
 func CreateRollout(t testing.TB, dyn dynamic.Interface, ns, name string, opts ...Option) *unstructured.Unstructured {
 	t.Helper()
-	s, meta, sel, tmpl := build(name, opts)
-	tm, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tmpl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm, err := runtime.DefaultUnstructuredConverter.ToUnstructured(sel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, meta := unstructuredSpec(t, name, opts)
+	spec["strategy"] = map[string]any{"canary": map[string]any{"steps": []any{
+		map[string]any{"setWeight": int64(50)},
+		map[string]any{"pause": map[string]any{"duration": "1s"}},
+	}}}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
 		"metadata": map[string]any{"name": meta.Name, "namespace": ns},
-		"spec": map[string]any{
-			"replicas": int64(s.Replicas), "selector": sm, "template": tm,
-			"strategy": map[string]any{"canary": map[string]any{"steps": []any{
-				map[string]any{"setWeight": int64(50)},
-				map[string]any{"pause": map[string]any{"duration": "1s"}},
-			}}},
-		},
+		"spec":     spec,
 	}}
 	out, err := dyn.Resource(RolloutResource).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
 	if err != nil {

@@ -99,9 +99,10 @@ func InstallPodSetLike(t testing.TB, rc *rest.Config, kind string) dynamic.Inter
 	return dyn
 }
 
-// CreatePodSet creates a PodSet of the Spec the options build (replicas,
-// containers, init containers, image volumes, labels) and returns it.
-func CreatePodSet(t testing.TB, dyn dynamic.Interface, ns, name string, opts ...Option) *unstructured.Unstructured {
+// unstructuredSpec is the spec of a custom kind with a pod template at
+// spec.template and its selector at spec.selector, from the Spec the
+// options build; meta is the object's metadata.
+func unstructuredSpec(t testing.TB, name string, opts []Option) (map[string]any, metav1.ObjectMeta) {
 	t.Helper()
 	s, meta, sel, tmpl := build(name, opts)
 	tm, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tmpl)
@@ -112,7 +113,15 @@ func CreatePodSet(t testing.TB, dyn dynamic.Interface, ns, name string, opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"replicas": int64(s.Replicas), "selector": sm, "template": tm}}}
+	return map[string]any{"replicas": int64(s.Replicas), "selector": sm, "template": tm}, meta
+}
+
+// CreatePodSet creates a PodSet of the Spec the options build (replicas,
+// containers, init containers, image volumes, labels) and returns it.
+func CreatePodSet(t testing.TB, dyn dynamic.Interface, ns, name string, opts ...Option) *unstructured.Unstructured {
+	t.Helper()
+	spec, meta := unstructuredSpec(t, name, opts)
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	u.SetAPIVersion(PodSet.Group + "/" + PodSet.Version)
 	u.SetKind(PodSet.Kind)
 	u.SetNamespace(ns)
