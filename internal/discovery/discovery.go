@@ -133,7 +133,7 @@ func Discover(in Input) Result {
 		seen[w] = true
 		res.Managed[w] = true
 		if g, ok := claimed[w]; ok {
-			res.Notes = append(res.Notes, Note{Workload: w, Msg: fmt.Sprintf("named by the configured group %s, which wins (D2)", g)})
+			res.Notes = append(res.Notes, Note{Workload: w, Msg: fmt.Sprintf("named by the configured group %s, which wins over the discovery label (docs/discovery.md)", g)})
 			continue
 		}
 		c, notes := containersOf(k, w, obj)
@@ -189,7 +189,7 @@ func containersOf(k Keys, w config.Workload, obj client.Object) (candidate, []No
 	case "", config.OnFailedRolloutHold, config.OnFailedRolloutRollback:
 		c.onFailed = v
 	default:
-		notes = append(notes, Note{Workload: w, Msg: fmt.Sprintf("%s %q is not one of hold, rollback; hold applies (V2)", k.OnFailedRollout(), v)})
+		notes = append(notes, Note{Workload: w, Msg: fmt.Sprintf("%s %q is not one of hold, rollback; hold applies (docs/config.md, onFailedRollout)", k.OnFailedRollout(), v)})
 	}
 	ignored := map[string]bool{}
 	for _, n := range strings.Split(value(obj, k.IgnoreContainers()), ",") {

@@ -184,7 +184,7 @@ func TestDiscover_D1(t *testing.T) {
 				{Name: "api", Repository: "reg.example/acme/api", Tag: "prod", Targets: []config.Target{target("Deployment", "shop", "api", "api")}}}}},
 			want: []config.Group{{Name: "shop/deployment/web", Anchor: wl("Deployment", "shop", "web"), Images: []config.Image{
 				{Name: "web", Repository: "reg.example/acme/web", Tag: "prod", Targets: []config.Target{target("Deployment", "shop", "web", "web")}}}}},
-			notes: []string{"Deployment shop/api: named by the configured group explicit, which wins (D2)"},
+			notes: []string{"Deployment shop/api: named by the configured group explicit, which wins over the discovery label (docs/discovery.md)"},
 		},
 		{
 			name: "an invalid group name falls back to the workload's own group, with a note",

@@ -73,7 +73,7 @@ func (s *Stream) Pin(recorded map[ImageKey]string, unread map[string]string) Res
 			continue // the operator's pin (R2); fix A reports a stale one
 		}
 		if why, ok := s.suspended[st.group]; ok {
-			note(st, false, "left as rendered: group %s is %s (O1)", st.group, why)
+			note(st, false, "left as rendered: group %s is %s (docs/states/suspended.md)", st.group, why)
 			continue
 		}
 		value := st.node.Value
@@ -91,7 +91,7 @@ func (s *Stream) Pin(recorded map[ImageKey]string, unread map[string]string) Res
 			if sameRegistry(repo, st.image.Repository) {
 				note(st, true, "left as rendered: repository %s is not the configured %s", repo, st.image.Repository)
 			} else {
-				note(st, false, "left as rendered: %s is served by another registry than %s, and render cannot prove it holds the recorded digest (R3); fix A pins it once it can", repo, st.image.Repository)
+				note(st, false, "left as rendered: %s is served by another registry than %s, and render cannot prove it holds the recorded digest (docs/mirrors.md); image-refresh pins it on the cluster once it can", repo, st.image.Repository)
 			}
 			continue
 		case refresh.SkipOtherTag:
@@ -110,7 +110,7 @@ func (s *Stream) Pin(recorded map[ImageKey]string, unread map[string]string) Res
 			continue
 		}
 		if st.shared != "" {
-			note(st, false, "left as rendered: %s; fix A pins it", st.shared)
+			note(st, false, "left as rendered: %s; image-refresh pins it on the cluster", st.shared)
 			continue
 		}
 		if starts == nil {
@@ -118,7 +118,7 @@ func (s *Stream) Pin(recorded map[ImageKey]string, unread map[string]string) Res
 		}
 		off, end, err := textSpan(s.src, starts, st.node)
 		if err != nil {
-			note(st, false, "left as rendered: cannot locate the image text: %v; fix A pins it", err)
+			note(st, false, "left as rendered: cannot locate the image text: %v; image-refresh pins it on the cluster", err)
 			continue
 		}
 		edits = append(edits, edit{off: off, end: end, text: to})
@@ -130,7 +130,7 @@ func (s *Stream) Pin(recorded map[ImageKey]string, unread map[string]string) Res
 			why = "the group's anchor could not be read: " + reason
 		}
 		res.Notes = append(res.Notes, Note{Group: key.Group, Image: key.Image, Where: strings.Join(missing[key], "; "),
-			Reason: "left on the tag: " + why + "; fix A pins it (R5, R7)"})
+			Reason: "left on the tag: " + why + "; image-refresh pins it on the cluster once it is stored (docs/post-renderer.md)"})
 	}
 	res.Out = apply(s.src, edits)
 	return res

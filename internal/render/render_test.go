@@ -179,7 +179,7 @@ func TestPin_B2(t *testing.T) {
 		{
 			name:  "R3: repo:tag on a mirror registry is left as rendered with a note",
 			in:    deploy("tb", "api", "        - name: api\n          image: mirror.local/acme/api:prod\n"),
-			notes: []string{"image api (group web) in document 1: Deployment tb/api container api: left as rendered: mirror.local/acme/api is served by another registry than registry.example.com/acme/api, and render cannot prove it holds the recorded digest (R3)"},
+			notes: []string{"image api (group web) in document 1: Deployment tb/api container api: left as rendered: mirror.local/acme/api is served by another registry than registry.example.com/acme/api, and render cannot prove it holds the recorded digest (docs/mirrors.md)"},
 		},
 		{
 			name:  "another repository on the same registry is left as rendered with a note",

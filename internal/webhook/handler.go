@@ -102,7 +102,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		if h.metrics != nil && !dryRun {
 			h.metrics.AdmissionPins.WithLabelValues(p.Group, p.Image).Inc()
 		}
-		h.log.Debug("admission: pinned to the recorded digest before it was stored (B1)", "group", p.Group, "image", p.Image,
+		h.log.Debug("admission: pinned to the recorded digest before it was stored", "group", p.Group, "image", p.Image,
 			"target", p.Target.String(), "from", p.From, "to", p.To, "operation", string(req.Operation),
 			"user", req.UserInfo.Username, "dryRun", dryRun)
 	}
@@ -113,7 +113,7 @@ func (h *Handler) failOpen(req admission.Request, err error) admission.Response 
 	if h.metrics != nil {
 		h.metrics.AdmissionErrors.Inc()
 	}
-	h.log.Warn("admission webhook allowed a request unchanged after an internal error (it fails open, B1); fix A re-pins anything it missed",
+	h.log.Warn("admission webhook allowed a request unchanged after an internal error (it fails open, docs/webhook.md); the controller re-pins anything it missed",
 		"kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", string(req.Operation), "error", err.Error())
 	return admission.Allowed("")
 }
@@ -189,7 +189,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 				if said, _ := h.suspendedSaid.Swap(b.group.Name, which); said != which {
 					level = slog.LevelInfo
 				}
-				h.log.Log(ctx, level, "admission: group suspended, left as sent (O1); later writes while it lasts are logged at DEBUG", "group", b.group.Name, "image", b.image.Name,
+				h.log.Log(ctx, level, "admission: group suspended, left as sent (docs/states/suspended.md); later writes while it lasts are logged at DEBUG", "group", b.group.Name, "image", b.image.Name,
 					"target", t.String(), "suspension", s.Describe())
 				continue
 			}

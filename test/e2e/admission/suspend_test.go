@@ -36,7 +36,7 @@ func TestWebhook_O1_ASuspendedGroupIsNotPinnedAtAdmission(t *testing.T) {
 	// At least two writes were admitted while suspended (the dry run that
 	// came back unpinned and helm's): one INFO line for the suspension,
 	// not one per write.
-	if n := len(e2e.LogLines(ctl.Logs(), "INFO", "admission: group suspended, left as sent (O1)", "hotfix by hand")); n != 1 {
+	if n := len(e2e.LogLines(ctl.Logs(), "INFO", "admission: group suspended, left as sent (docs/states/suspended.md)", "hotfix by hand")); n != 1 {
 		t.Errorf("%d INFO lines saying the webhook left a write as sent because the group is suspended, want 1:\n%s", n, ctl.Logs())
 	}
 	if code, _, stderr := e.SuspendCmd(cfg, "resume", "--group", "control-plane"); code != 0 {
@@ -65,7 +65,7 @@ func TestRender_O1_ASuspendedGroupIsLeftAsRendered(t *testing.T) {
 	if code != 0 || out != in {
 		t.Errorf("render of a suspended group: exit %d, output changed=%v, want 0 and the stream as rendered:\n%s", code, out != in, logs)
 	}
-	if n := len(e2e.LogLines(logs, "INFO", "left as rendered: group control-plane is suspended by image-refresh-suspend until resumed: INC-9 (O1)")); n != 2 {
+	if n := len(e2e.LogLines(logs, "INFO", "left as rendered: group control-plane is suspended by image-refresh-suspend until resumed: INC-9 (docs/states/suspended.md)")); n != 2 {
 		t.Errorf("%d notes naming the suspension, want 2 (one per target):\n%s", n, logs)
 	}
 	if code, _, stderr := e.SuspendCmd(cfg, "resume", "--group", "control-plane"); code != 0 {
