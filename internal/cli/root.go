@@ -21,6 +21,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/pass"
+	"github.com/image-refresh/image-refresh/internal/verify"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -157,7 +158,9 @@ func (c *common) load() (*config.Config, error) {
 		}
 		return config.Defaults(), nil
 	}
-	cfg, err := config.Load(c.configPath)
+	// The policies' trust material is parsed by verify (V1): config
+	// only reads it.
+	cfg, err := config.Load(c.configPath, verify.CheckTrust)
 	if err != nil {
 		return nil, &ExitError{Code: ExitInvalid, Err: err} // names the file already
 	}

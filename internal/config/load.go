@@ -2,7 +2,7 @@ package config
 
 import (
 	"bytes"
-	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -11,11 +11,21 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// A Checker parses what Load only reads — a verification policy's keys,
+// certificates and trusted root — in the package that links the parsers
+// (internal/verify.CheckTrust), so that config, and the engine that reads
+// it, links no crypto. It reports each problem at its field with report
+// (plain is the field's path, verification[0].cosign.publicKeys[1]; named
+// the same with the policy's name, PolicyPath); Load gives it a line and
+// returns it with every other problem of the file.
+type Checker func(c *Config, report func(named, plain, msg string))
+
 // Load reads the config file at path. On top of Parse it checks that every
 // caFile is a readable PEM bundle, so that a TLS misconfiguration fails at
-// start-up and not at the first registry call, and it reads and parses every
-// verification policy's public keys (V1) into CosignPolicy.Keys.
-func Load(path string) (*Config, error) {
+// start-up and not at the first registry call, and it reads every
+// verification policy's public keys, certificates and trusted root (V1),
+// which the checks parse.
+func Load(path string, checks ...Checker) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
@@ -32,6 +42,13 @@ func Load(path string) (*Config, error) {
 			}
 		}
 		errs = append(errs, c.loadKeys(lines)...)
+		if len(errs) == 0 {
+			for _, check := range checks {
+				check(c, func(named, plain, msg string) {
+					errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
+				})
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return nil, wrap(path, errs)
@@ -40,14 +57,16 @@ func Load(path string) (*Config, error) {
 }
 
 func checkCAFile(path string) string {
-	pem, err := os.ReadFile(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("cannot read CA bundle: %v", err)
 	}
-	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
-		return fmt.Sprintf("%s holds no PEM certificate", path)
+	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type == "CERTIFICATE" {
+			return "" // the registry client parses the bundle when it starts
+		}
 	}
-	return ""
+	return fmt.Sprintf("%s holds no PEM certificate", path)
 }
 
 // Parse decodes a config file strictly, applies the defaults and validates

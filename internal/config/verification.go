@@ -1,12 +1,7 @@
 package config
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -15,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/sigstore/sigstore-go/pkg/root"
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -44,8 +38,10 @@ type NotationPolicy struct {
 	// certificate's OCSP responder or CRL is asked (they must be
 	// reachable from image-refresh); off, no such request leaves it.
 	Revocation bool `yaml:"revocation,omitempty"`
-	// Certs are Certificates read and parsed; Load fills them.
-	Certs []*x509.Certificate `yaml:"-"`
+	// Certs are the DER bytes of the CERTIFICATE blocks of Certificates,
+	// in order; Load fills them, and its Checker internal/verify.CheckTrust
+	// parses them (config itself links no crypto).
+	Certs [][]byte `yaml:"-"`
 }
 
 // CosignPolicy is cosign verification with public keys, keyless
@@ -56,8 +52,8 @@ type CosignPolicy struct {
 	// PublicKeys are PEM files; a relative path is relative to the working
 	// directory.
 	PublicKeys []string `yaml:"publicKeys,omitempty"`
-	// Keys are PublicKeys read and parsed, in the same order. Load fills
-	// them; Parse cannot (it has no filesystem access).
+	// Keys are PublicKeys read, in the same order. Load fills them; Parse
+	// cannot (it has no filesystem access); internal/verify parses them.
 	Keys []PublicKey `yaml:"-"`
 	// Keyless are the OIDC identities a keyless signature's certificate
 	// must name (Fulcio's issuer and subject).
@@ -66,7 +62,8 @@ type CosignPolicy struct {
 	// and CT logs, timestamp authorities); empty: the public-good
 	// instance's, shipped with the binary.
 	TrustedRoot string `yaml:"trustedRoot,omitempty"`
-	// TrustedRootJSON is TrustedRoot read by Load (nil: the default).
+	// TrustedRootJSON is TrustedRoot read by Load (nil: the default);
+	// internal/verify parses it.
 	TrustedRootJSON []byte `yaml:"-"`
 }
 
@@ -79,11 +76,12 @@ type KeylessIdentity struct {
 	SubjectRegExp string `yaml:"subjectRegExp,omitempty"`
 }
 
-// PublicKey is one parsed key of a policy and the file it came from, which
-// names it in a verdict.
+// PublicKey is one key of a policy, as read: the DER (PKIX) bytes of the
+// file's PEM "PUBLIC KEY" block, and the file, which names it in a
+// verdict. internal/verify parses it.
 type PublicKey struct {
 	File string
-	Key  crypto.PublicKey
+	DER  []byte
 }
 
 // Fingerprint names the policy's trust material in a few characters: a
@@ -93,11 +91,7 @@ func (p *VerificationPolicy) Fingerprint() string {
 	h := sha256.New()
 	if p.Cosign != nil {
 		for _, k := range p.Cosign.Keys {
-			der, err := x509.MarshalPKIXPublicKey(k.Key)
-			if err != nil {
-				der = []byte(k.File)
-			}
-			h.Write(der)
+			h.Write(k.DER)
 			h.Write([]byte{0})
 		}
 		for _, id := range p.Cosign.Keyless {
@@ -107,7 +101,7 @@ func (p *VerificationPolicy) Fingerprint() string {
 	}
 	if p.Notation != nil {
 		for _, c := range p.Notation.Certs {
-			h.Write(c.Raw)
+			h.Write(c)
 		}
 		if p.Notation.Revocation {
 			h.Write([]byte("revocation"))
@@ -250,6 +244,11 @@ func (d *decoder) strings(path string, n *yaml.Node, dst *[]string) {
 
 // policyPath names a field of verification[i] with the policy's name, so
 // that a message says which policy it is about.
+// PolicyPath is the path of a field of verification policy i, plain
+// (verification[0].cosign.publicKeys[1]) and named with the policy's name
+// (verification[0] (release).cosign.publicKeys[1]), as errors give it.
+func PolicyPath(i int, name, field string) (named, plain string) { return policyPath(i, name, field) }
+
 func policyPath(i int, name, field string) (named, plain string) {
 	plain = fmt.Sprintf("verification[%d]", i)
 	named = plain
@@ -395,34 +394,31 @@ func (c *Config) loadKeys(lines map[string]int) []error {
 			if f == "" {
 				continue // reported by validation
 			}
-			key, msg := readPublicKey(f)
+			der, msg := readPublicKey(f)
 			if msg != "" {
 				named, plain := policyPath(i, p.Name, fmt.Sprintf("cosign.publicKeys[%d]", k))
 				errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
 				continue
 			}
-			p.Cosign.Keys = append(p.Cosign.Keys, PublicKey{File: f, Key: key})
+			p.Cosign.Keys = append(p.Cosign.Keys, PublicKey{File: f, DER: der})
 		}
 	}
 	return errs
 }
 
-// readCertificates reads the PEM CERTIFICATE blocks of a trust store file.
-func readCertificates(file string) ([]*x509.Certificate, string) {
+// readCertificates reads the PEM CERTIFICATE blocks of a trust store file:
+// their DER bytes (the Checker of internal/verify parses them).
+func readCertificates(file string) ([][]byte, string) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Sprintf("cannot read certificates: %v", err)
 	}
-	var certs []*x509.Certificate
+	var certs [][]byte
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
 		if block.Type != "CERTIFICATE" {
 			return nil, fmt.Sprintf("%s holds a PEM %q, not a \"CERTIFICATE\"", file, block.Type)
 		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Sprintf("%s: not an X.509 certificate: %v", file, err)
-		}
-		certs = append(certs, c)
+		certs = append(certs, block.Bytes)
 	}
 	if len(certs) == 0 {
 		return nil, fmt.Sprintf("%s holds no PEM certificate", file)
@@ -432,21 +428,19 @@ func readCertificates(file string) ([]*x509.Certificate, string) {
 
 // readTrustedRoot reads a Sigstore trusted root (JSON, what `cosign
 // trusted-root create` writes and the TUF repository serves as
-// trusted_root.json) and checks it parses as one.
+// trusted_root.json); the Checker of internal/verify parses it.
 func readTrustedRoot(file string) ([]byte, string) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Sprintf("cannot read trusted root: %v", err)
 	}
-	if _, err := root.NewTrustedRootFromJSON(data); err != nil {
-		return nil, fmt.Sprintf("%s: not a Sigstore trusted root: %v", file, err)
-	}
 	return data, ""
 }
 
-// readPublicKey reads a PEM "PUBLIC KEY" (PKIX: what cosign generate-key-pair
-// writes as cosign.pub) of ECDSA, RSA or Ed25519.
-func readPublicKey(file string) (crypto.PublicKey, string) {
+// readPublicKey reads a PEM "PUBLIC KEY" (PKIX: what cosign
+// generate-key-pair writes as cosign.pub): its DER bytes (the Checker of
+// internal/verify parses them).
+func readPublicKey(file string) ([]byte, string) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Sprintf("cannot read public key: %v", err)
@@ -458,14 +452,5 @@ func readPublicKey(file string) (crypto.PublicKey, string) {
 	if block.Type != "PUBLIC KEY" {
 		return nil, fmt.Sprintf("%s holds a PEM %q, not a \"PUBLIC KEY\" (give the public half, e.g. cosign.pub)", file, block.Type)
 	}
-	key, err := x509.ParsePKIXPublicKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Sprintf("%s: not a public key: %v", file, err)
-	}
-	switch key.(type) {
-	case *ecdsa.PublicKey, *rsa.PublicKey, ed25519.PublicKey:
-		return key, ""
-	default:
-		return nil, fmt.Sprintf("%s: a %T is not supported (ECDSA, RSA or Ed25519)", file, key)
-	}
+	return block.Bytes, ""
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"net/http"
 	"strings"
@@ -57,8 +58,12 @@ func TestSignatures_V1_VerifiesThroughTheRepositorysSessionAndClassifiesARegistr
 	if err != nil {
 		t.Fatal(err)
 	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	policy := &config.VerificationPolicy{Name: "prod-keys", Cosign: &config.CosignPolicy{
-		PublicKeys: []string{"cosign.pub"}, Keys: []config.PublicKey{{File: "cosign.pub", Key: &key.PublicKey}},
+		PublicKeys: []string{"cosign.pub"}, Keys: []config.PublicKey{{File: "cosign.pub", DER: der}},
 	}}
 	signed := s.MustPushRandomImage(t, "acme/api", "prod")
 	unsigned := s.MustPushRandomImage(t, "acme/api", "next")

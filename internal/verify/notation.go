@@ -60,7 +60,11 @@ func newNotary(policy *config.VerificationPolicy) (notation.Verifier, error) {
 			TrustedIdentities:     []string{"*"},
 		}},
 	}
-	v, err := verifier.New(doc, trustStore(policy.Notation.Certs), nil)
+	certs, err := certificates(policy.Notation)
+	if err != nil {
+		return nil, fmt.Errorf("verification policy %s: notation: %w", policy.Name, err)
+	}
+	v, err := verifier.New(doc, trustStore(certs), nil)
 	if err != nil {
 		return nil, fmt.Errorf("verification policy %s: notation: %w", policy.Name, err)
 	}

@@ -132,7 +132,11 @@ func newTrust(policy *config.VerificationPolicy) ([]key, *keyless, error) {
 	}
 	keys := make([]key, 0, len(policy.Cosign.Keys))
 	for _, k := range policy.Cosign.Keys {
-		byDefault, err := signature.LoadDefaultVerifier(k.Key)
+		pub, err := publicKey(k)
+		if err != nil {
+			return nil, nil, fmt.Errorf("verification policy %s: %w", policy.Name, err)
+		}
+		byDefault, err := signature.LoadDefaultVerifier(pub)
 		if err != nil {
 			return nil, nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
 		}
@@ -146,7 +150,7 @@ func newTrust(policy *config.VerificationPolicy) ([]key, *keyless, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
 		}
-		lv, err := signature.LoadVerifier(k.Key, crypto.SHA256)
+		lv, err := signature.LoadVerifier(pub, crypto.SHA256)
 		if err != nil {
 			return nil, nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
 		}

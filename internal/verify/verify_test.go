@@ -47,7 +47,11 @@ func policyOf(signers ...signer) *config.VerificationPolicy {
 	p := &config.VerificationPolicy{Name: "prod-keys", Repositories: []string{"127.0.0.1:*/**"}, Cosign: &config.CosignPolicy{}}
 	for _, s := range signers {
 		p.Cosign.PublicKeys = append(p.Cosign.PublicKeys, s.File)
-		p.Cosign.Keys = append(p.Cosign.Keys, config.PublicKey{File: s.File, Key: s.PublicKey()})
+		der, err := x509.MarshalPKIXPublicKey(s.PublicKey())
+		if err != nil {
+			panic(err)
+		}
+		p.Cosign.Keys = append(p.Cosign.Keys, config.PublicKey{File: s.File, DER: der})
 	}
 	return p
 }
@@ -550,12 +554,11 @@ func notationPolicy(n *testsign.Notary, t testing.TB) *config.VerificationPolicy
 		t.Fatal(err)
 	}
 	block, _ := pem.Decode(certs)
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
+	if block == nil {
+		t.Fatal("the notary's CA is not PEM")
 	}
 	return &config.VerificationPolicy{Name: "notary", Repositories: []string{"127.0.0.1:*/**"},
-		Notation: &config.NotationPolicy{Certificates: []string{"notation-ca.pem"}, Certs: []*x509.Certificate{c}}}
+		Notation: &config.NotationPolicy{Certificates: []string{"notation-ca.pem"}, Certs: [][]byte{block.Bytes}}}
 }
 
 func TestVerify_V1_ANotationSignatureChainingToTheTrustStoreVerifies(t *testing.T) {
