@@ -308,3 +308,14 @@ func Defaults() *Config {
 		PinFormat:          DefaultPinFormat,
 	}
 }
+
+// PinFormat is how the group's pins are written: a discovered group's
+// always keep the tag (repo:tag@digest), so that its targets stay
+// discoverable (D1); a configured group's follow the config's pinFormat.
+// tick, run, the webhook and render all ask this.
+func (g Group) PinFormat(configured imageref.PinFormat) imageref.PinFormat {
+	if g.Discovered {
+		return imageref.PinTagAndDigest
+	}
+	return configured
+}

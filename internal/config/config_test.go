@@ -323,3 +323,12 @@ func TestStrings_NameWorkloadsAndTargetsForMessages(t *testing.T) {
 		t.Errorf("Target.String = %q", got)
 	}
 }
+
+func TestPinFormat_D1_ADiscoveredGroupKeepsTheTag(t *testing.T) {
+	if got := (Group{Name: "shop/deployment/api", Discovered: true}).PinFormat(imageref.PinDigest); got != imageref.PinTagAndDigest {
+		t.Errorf("a discovered group pins as %s, want %s", got, imageref.PinTagAndDigest)
+	}
+	if got := (Group{Name: "web"}).PinFormat(imageref.PinDigest); got != imageref.PinDigest {
+		t.Errorf("a configured group pins as %s, want the config's %s", got, imageref.PinDigest)
+	}
+}

@@ -284,14 +284,3 @@ func validImageName(prefix, name string) bool {
 	}
 	return true
 }
-
-// PinFormat is how a group's pins are written: a discovered group's always
-// keep the tag (repo:tag@digest), so that its targets stay discoverable
-// (D1); a configured group's follow the config's pinFormat. tick, run, the
-// webhook and render all ask this.
-func PinFormat(g config.Group, configured imageref.PinFormat) imageref.PinFormat {
-	if g.Discovered {
-		return imageref.PinTagAndDigest
-	}
-	return configured
-}

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/imageref"
 )
 
 const prefix = "image-refresh.io"
@@ -280,15 +279,6 @@ func TestDiscover_D1_ImageNamesStayValidAnnotationKeys(t *testing.T) {
 	c.Groups = []config.Group{g}
 	if err := c.Validate(); err != nil {
 		t.Errorf("image name %q of a 63-character container: %v", g.Images[0].Name, err)
-	}
-}
-
-func TestPinFormat_D1_ADiscoveredGroupKeepsTheTag(t *testing.T) {
-	if got := PinFormat(config.Group{Name: "shop/deployment/api", Discovered: true}, imageref.PinDigest); got != imageref.PinTagAndDigest {
-		t.Errorf("a discovered group pins as %s, want %s", got, imageref.PinTagAndDigest)
-	}
-	if got := PinFormat(config.Group{Name: "web"}, imageref.PinDigest); got != imageref.PinDigest {
-		t.Errorf("a configured group pins as %s, want the config's %s", got, imageref.PinDigest)
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/image-refresh/image-refresh/internal/registry"
 )
 
 // RateLimit holds the gauges of the rate limits registries announce (C2).
@@ -33,11 +31,11 @@ func newRateLimit(reg prometheus.Registerer) RateLimit {
 	}
 }
 
-// RegistryRateLimit sets the rate-limit gauges; it fits
-// registry.Options.OnRateLimit.
-func (m *Metrics) RegistryRateLimit(host string, rl registry.RateLimit) {
-	m.RateLimit.Limit.WithLabelValues(host).Set(float64(rl.Limit))
-	m.RateLimit.Remaining.WithLabelValues(host).Set(float64(rl.Remaining))
+// RegistryRateLimit sets the rate-limit gauges of what a registry said
+// about its pull budget (registry.Options.OnRateLimit).
+func (m *Metrics) RegistryRateLimit(host string, limit, remaining int) {
+	m.RateLimit.Limit.WithLabelValues(host).Set(float64(limit))
+	m.RateLimit.Remaining.WithLabelValues(host).Set(float64(remaining))
 }
 
 // RegistryPace sets the poll interval in force; it fits

@@ -81,7 +81,8 @@ func NewRunner(rc *rest.Config, cfg *config.Config, o RunnerOptions) (*Runner, e
 	opts := registry.Options{Hosts: hosts, Timeout: cfg.RegistryTimeout, UserAgent: o.UserAgent}
 	if m := o.Metrics; m != nil {
 		opts.OnRequest = m.RegistryRequest
-		opts.OnRateLimit, opts.OnPace = m.RegistryRateLimit, m.RegistryPace
+		opts.OnRateLimit = func(host string, rl registry.RateLimit) { m.RegistryRateLimit(host, rl.Limit, rl.Remaining) }
+		opts.OnPace = m.RegistryPace
 	}
 	opts.Log = o.Log
 	res, err := registry.NewResolver(opts)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -136,7 +135,7 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 		settings.Now = r.Now
 	}
 	settings.NoWait = opts.NoWait
-	settings.PinFormat = discovery.PinFormat(g, settings.PinFormat)
+	settings.PinFormat = g.PinFormat(settings.PinFormat)
 	decide := func() (Snapshot, *refresh.Plan) {
 		snap := r.Observe(ctx, g, latest)
 		snap.Observation.Fights = opts.Fights

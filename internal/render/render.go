@@ -21,7 +21,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 )
 
@@ -88,7 +87,7 @@ func Parse(stream []byte, cfg *config.Config, namespace string) (s *Stream, err 
 		s.groups = append(s.groups, g.Name)
 		for _, img := range g.Images {
 			for _, t := range img.Targets {
-				s.targets[t] = managed{group: g.Name, image: img, pinFormat: discovery.PinFormat(g, cfg.PinFormat)}
+				s.targets[t] = managed{group: g.Name, image: img, pinFormat: g.PinFormat(cfg.PinFormat)}
 			}
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/imageref"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/refresh"
@@ -194,7 +193,7 @@ func (h *Handler) pins(ctx context.Context, req admission.Request) ([]Pin, error
 				continue
 			}
 			h.suspendedSaid.Delete(b.group.Name)
-			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], discovery.PinFormat(b.group, h.format)); ok {
+			if to, ok := pinFor(b.image, c.Image, ann[keys.Record(b.image.Name)], b.group.PinFormat(h.format)); ok {
 				pins = append(pins, Pin{Group: b.group.Name, Image: b.image.Name, Target: t, At: c, From: c.Image, To: to})
 				break
 			}
