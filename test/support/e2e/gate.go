@@ -112,36 +112,10 @@ func (g *GateOwner) tell() {
 	}
 }
 
-// Loop sets the gate on the pods it watches until ctx ends: at once, on
-// every event of a watch of the pods, and when told a new verdict, as a
-// controller does; only while the API server cannot be watched, or after
-// a failed read or write, does it retry on a timer.
+// Loop sets the gate on the pods it watches until ctx ends (ownPods).
 func (g *GateOwner) Loop(ctx context.Context) {
 	defer close(g.Done)
-	pods := g.E.C.Client.CoreV1().Pods(g.E.NS)
-	for ctx.Err() == nil {
-		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "app=" + g.App})
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		retry := g.reconcile(ctx)
-		for open := true; open && ctx.Err() == nil; {
-			select {
-			case <-ctx.Done():
-			case _, open = <-w.ResultChan():
-			case <-g.told:
-			case <-retry:
-			}
-			if open {
-				retry = g.reconcile(ctx)
-			}
-		}
-		w.Stop()
-	}
+	ownPods(ctx, g.E.C.Client, g.E.NS, g.App, g.told, g.reconcile)
 }
 
 // reconcile writes the gate (and Ready) on every started pod of the app
