@@ -23,12 +23,11 @@ func TestTick_V2_ADigestWhosePodsNeverBecomeReadyIsRolledBackAndQuarantined(t *t
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	e.gated("web", tag, 2)
+	lb := e.gated("web", tag, 2)
 	// The tick waits rolloutTimeout for the bad rollout: a short one for
 	// that tick (it is meant to fail), a long one for every other.
 	cfg, short := rollbackConfig(e, "v2-tick", "2m"), rollbackConfig(e, "v2-tick", "3s")
 	e.PinAll(cfg)
-	lb := e.StartGateOwner("web", c6Gate)
 
 	bad := e.Push("web", "prod")
 	lb.Fail(bad)
@@ -81,16 +80,15 @@ func TestTick_V2_ADigestWhosePodsNeverBecomeReadyIsRolledBackAndQuarantined(t *t
 // the pods report, as `run` reads it (a container in CrashLoopBackOff with
 // its last exit code), not at rolloutTimeout, names it, and the same tick
 // rolls back for it. The new pods never become Ready (their gate's owner
-// holds it False), so nothing but the crash can end the wait early; a
+// never sets it True), so nothing but the crash can end the wait early; a
 // rolloutTimeout far above anything else the tick waits for is its bound.
 func TestTick_V2_R14_ACrashingContainerEndsTheWaitAtOnceAndIsRolledBackForIt(t *testing.T) {
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	e.gated("web", tag, 2)
+	lb := e.gated("web", tag, 2)
 	cfg := rollbackConfig(e, "v2-crash", "3m")
 	e.PinAll(cfg)
-	lb := e.StartGateOwner("web", c6Gate)
 
 	bad := e.Push("web", "prod")
 	lb.Fail(bad)
@@ -130,13 +128,12 @@ func TestRun_V2_AFailedRolloutIsRolledBackFromWatchEvents(t *testing.T) {
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	e.gated("web", tag, 2)
+	lb := e.gated("web", tag, 2)
 	// The attempt's deadline is counted on the injected clock: the test
 	// moves it past rolloutTimeout once the bad digest is rolling.
 	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
 	cfg := rollbackConfig(e, "v2-run", "1m")
 	e.PinAll(cfg)
-	lb := e.StartGateOwner("web", c6Gate)
 
 	ctl := e.StartRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0", "--workers", "1")
 	ctl.WaitReady(t)
