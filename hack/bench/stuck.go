@@ -124,7 +124,9 @@ func measureStuck(ctx context.Context, w *world, reverts int) ([]row, error) {
 }
 
 // gateOwner is a stand-in load balancer: it sets the readiness gate of
-// the app's pods true, or false (and Ready false) for pods of one digest.
+// the app's pods true, except on pods of one digest, whose gate it leaves
+// unset (false, had it set it true before). The node keeps a pod Ready
+// only while its gates are true (the harness's pod stages).
 type gateOwner struct {
 	w       *world
 	ns, app string
@@ -147,19 +149,18 @@ func (g *gateOwner) loop(ctx context.Context) {
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + g.app})
 		for i := 0; err == nil && i < len(list.Items); i++ {
 			p := &list.Items[i]
-			if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-				continue // not started by kwok yet: it would overwrite the gate
-			}
-			want, reason, readyReason := corev1.ConditionTrue, "TargetHealthy", ""
-			if bad != "" && strings.HasSuffix(p.Spec.Containers[0].Image, "@"+bad) {
-				want, reason, readyReason = corev1.ConditionFalse, "TargetUnhealthy", "ReadinessGatesNotReady"
-			}
-			if podCondition(p, stuckGate) == want && podCondition(p, corev1.PodReady) == want {
+			if p.DeletionTimestamp != nil {
 				continue
 			}
-			now := time.Now().UTC().Format(time.RFC3339)
-			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q},{"type":"Ready","status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
-				stuckGate, want, reason, now, want, readyReason, now)
+			want, reason := corev1.ConditionTrue, "TargetHealthy"
+			if bad != "" && strings.HasSuffix(p.Spec.Containers[0].Image, "@"+bad) {
+				want, reason = corev1.ConditionFalse, "TargetUnhealthy"
+			}
+			if has := podCondition(p, stuckGate); has == want || (want == corev1.ConditionFalse && has != corev1.ConditionTrue) {
+				continue
+			}
+			patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
+				stuckGate, want, reason, time.Now().UTC().Format(time.RFC3339))
 			_, _ = pods.Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "lb-controller"}, "status")
 		}
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -168,15 +169,31 @@ func (r *Runner) applyChanges(ctx context.Context, p *refresh.Plan, snap Snapsho
 }
 
 // waitSettled waits for every rollout of the repin (R14 rolloutTimeout);
-// false when one did not settle, and the digest record stays.
+// false when one did not settle, and the digest record stays. A group
+// that rolls back (V2) ends the wait of a digest change at the first sign
+// that it will not finish, as `run` does, and the plan names it
+// (WaitFailure): the rollback need not wait out rolloutTimeout.
 func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan, rollsBack bool) bool {
 	rp := p.Repin
 	for _, w := range rp.Wait {
-		st, err := r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
+		var (
+			st      workload.Settledness
+			failing []workload.Pod
+			err     error
+		)
+		if rollsBack && !rp.Rollback {
+			st, failing, err = r.Workloads.WaitRollout(ctx, ref(w), r.Config.RolloutTimeout)
+		} else {
+			st, err = r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
+		}
 		if err != nil || !st.Settled {
 			why := st.Reason
 			if err != nil {
 				why = err.Error() // names the workload, the timeout and the reason
+			}
+			if errors.Is(err, workload.ErrRolloutFailed) {
+				p.WaitFailure = strings.Join(refresh.FailureSignals(w, st.Failed, runningPods(failing)), "; ")
+				why = fmt.Sprintf("%s will not settle (%s)", w, p.WaitFailure)
 			}
 			next := "the next tick retries"
 			switch {

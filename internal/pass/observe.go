@@ -253,13 +253,18 @@ func (r *Runner) observePods(ctx context.Context, g config.Group, objs map[confi
 				continue
 			}
 			pods, err := r.Workloads.Pods(ctx, obj)
-			read := refresh.PodsRead{Err: err}
-			for _, p := range pods {
-				read.Pods = append(read.Pods, refresh.RunningPod{Name: p.Name, Node: p.Node, ImageIDs: p.ImageIDs, Failing: p.Failing})
-			}
-			obs.Pods[w] = read
+			obs.Pods[w] = refresh.PodsRead{Pods: runningPods(pods), Err: err}
 		}
 	}
+}
+
+// runningPods is what the engine reads of pods (N1, V2).
+func runningPods(pods []workload.Pod) []refresh.RunningPod {
+	var out []refresh.RunningPod
+	for _, p := range pods {
+		out = append(out, refresh.RunningPod{Name: p.Name, Node: p.Node, ImageIDs: p.ImageIDs, Failing: p.Failing})
+	}
+	return out
 }
 
 // observePlatforms finds, for an expected digest that a pod of img's

@@ -53,8 +53,10 @@ func (r *Runner) Tick(ctx context.Context, dryRun bool) Result {
 		p := r.Group(ctx, g, latest, opts)
 		if p.WaitFailed && g.OnFailedRollout == config.OnFailedRolloutRollback && !p.Repin.Rollback {
 			// V2: the rollout this tick waited for failed; the group's
-			// next pass, now, rolls it back (its attempt is released).
+			// next pass, now, rolls it back (its attempt is released),
+			// for what the wait saw when the wait ended on it.
 			res.Plans = append(res.Plans, p)
+			opts.WaitFailure = p.WaitFailure
 			p = r.Group(ctx, g, latest, opts)
 		}
 		res.Plans = append(res.Plans, p)
@@ -110,6 +112,8 @@ type GroupOptions struct {
 	Reverted map[config.Workload]refresh.Revert
 	// RollingElsewhere: see refresh.Observation.RollingElsewhere (R24).
 	RollingElsewhere []string
+	// WaitFailure: see refresh.Observation.WaitFailure (V2).
+	WaitFailure string
 }
 
 // settings returns SettingsFrom of the Runner's config, computed once per
@@ -142,6 +146,7 @@ func (r *Runner) Group(ctx context.Context, g config.Group, latest Latest, opts 
 		snap.Observation.SkipUncounted = opts.SkipUncounted
 		snap.Observation.Reverted = opts.Reverted
 		snap.Observation.RollingElsewhere = opts.RollingElsewhere
+		snap.Observation.WaitFailure = opts.WaitFailure
 		snap.Observation.CountedAsks = r.counted(g)
 		return snap, refresh.Decide(settings, snap.Observation)
 	}

@@ -147,6 +147,10 @@ type Observation struct {
 	// Pods holds, per target workload, the pods of its current template
 	// (N1); nil: not read (the check is skipped).
 	Pods map[config.Workload]PodsRead
+	// WaitFailure, in the pass a tick runs right after its wait for a
+	// rollout ended on a failure (V2), is what that wait saw
+	// (Plan.WaitFailure): the pods this pass read may have moved on since.
+	WaitFailure string
 	// RollingElsewhere names the other groups with a rollout in flight
 	// (R24, maxConcurrentRollouts): the controller's view across groups.
 	RollingElsewhere []string

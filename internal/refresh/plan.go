@@ -57,8 +57,11 @@ type Plan struct {
 	// its workqueue, which backs off.
 	Failed error
 	// WaitFailed: the executor waited for the repin's rollout (a tick) and
-	// it did not settle within rolloutTimeout.
+	// it did not settle within rolloutTimeout, or will not (WaitFailure).
 	WaitFailed bool
+	// WaitFailure: the failure signals (FailureSignals) the wait ended on
+	// before rolloutTimeout, "" when it did not (V2).
+	WaitFailure string
 }
 
 // NeedsHuman reports whether any finding is not benign: one-shot mode then

@@ -22,19 +22,29 @@ func (d *decision) rollsBack() bool {
 }
 
 // failureSignals lists why the group's workloads will not settle by
-// themselves: a controller's ProgressDeadlineExceeded, and new pods whose
-// containers cannot run (CrashLoopBackOff with the last exit code,
-// ImagePullBackOff, …). Empty: none seen (yet).
+// themselves (FailureSignals of each). Empty: none seen (yet).
 func (d *decision) failureSignals() []string {
 	var out []string
 	for _, w := range d.obs.Group.Workloads() {
-		if f := d.obs.Workloads[w].Failed; f != "" {
-			out = append(out, fmt.Sprintf("%s: %s", w, f))
-		}
-		for _, p := range d.obs.Pods[w].Pods {
-			for _, c := range slices.Sorted(maps.Keys(p.Failing)) {
-				out = append(out, fmt.Sprintf("pod %s container %s: %s", p.Name, c, p.Failing[c]))
-			}
+		out = append(out, FailureSignals(w, d.obs.Workloads[w].Failed, d.obs.Pods[w].Pods)...)
+	}
+	return out
+}
+
+// FailureSignals names, one line each, why workload w will not settle by
+// itself: failed, its controller's reason (ProgressDeadlineExceeded), and
+// the containers of its current template's pods that cannot run
+// (CrashLoopBackOff with the last exit code, ImagePullBackOff, …). `run`
+// reads them from its watch events, a tick's wait from the pods it ends on
+// (V2): both name a failure the same way.
+func FailureSignals(w config.Workload, failed string, pods []RunningPod) []string {
+	var out []string
+	if failed != "" {
+		out = append(out, fmt.Sprintf("%s: %s", w, failed))
+	}
+	for _, p := range pods {
+		for _, c := range slices.Sorted(maps.Keys(p.Failing)) {
+			out = append(out, fmt.Sprintf("pod %s container %s: %s", p.Name, c, p.Failing[c]))
 		}
 	}
 	return out
@@ -42,17 +52,22 @@ func (d *decision) failureSignals() []string {
 
 // failedRollout says why the group's digest change in flight failed, or ""
 // when it did not, or rolling back is not the group's policy (V2). It
-// failed when a workload reports it will not finish (failureSignals), or
-// its attempt is past its deadline: in `run` the holder's time plus
-// rolloutTimeout; in a tick an unfinished attempt no other live process
-// holds, since the tick that wrote it waited rolloutTimeout and released
-// it. A rollback needs an attempt left (R10).
+// failed when a workload reports it will not finish (failureSignals, or
+// those the tick's wait just ended on: a crashing container may be running
+// again for a moment), or its attempt is past its deadline: in `run` the
+// holder's time plus rolloutTimeout; in a tick an unfinished attempt no
+// other live process holds, since the tick that wrote it waited (until
+// rolloutTimeout or a failure) and released it. A rollback needs an
+// attempt left (R10).
 func (d *decision) failedRollout(settled bool, notSettled []string) string {
 	if !d.rollsBack() || settled || d.p.Attempts == 0 || d.p.Attempts >= d.s.MaxAttempts {
 		return ""
 	}
 	if sig := d.failureSignals(); len(sig) > 0 {
 		return strings.Join(sig, "; ")
+	}
+	if d.obs.WaitFailure != "" {
+		return d.obs.WaitFailure
 	}
 	v, ok := d.value(d.keys.Holder())
 	h, err := state.ParseHolder(v, ok)

@@ -89,6 +89,28 @@ func TestDecide_V2_AFailedDigestChangeIsRolledBackAndQuarantined(t *testing.T) {
 				return w
 			}(),
 		},
+		"tick: a wait that ended on a crash names it, although the pods read since show none": {
+			settings: []settingsOpt{asInstance("me")},
+			obs: rolled(rollbackGroup(), "1", "", func(o *Observation) {
+				o.WaitFailure = "pod agent-x container monitor: CrashLoopBackOff (last exit code 1, Error)"
+			}),
+			want: func() want {
+				w := rolledBack(2, "pod agent-x container monitor: CrashLoopBackOff (last exit code 1, Error)")
+				w.repin.wait = []string{"web", "agent"}
+				return w
+			}(),
+		},
+		"tick: pods that crash now are named before what the wait saw": {
+			settings: []settingsOpt{asInstance("me")},
+			obs: rolled(rollbackGroup(), "1", "", crashing(agent, "monitor", "ImagePullBackOff"), func(o *Observation) {
+				o.WaitFailure = "pod agent-y container monitor: CrashLoopBackOff (last exit code 1, Error)"
+			}),
+			want: func() want {
+				w := rolledBack(2, "pod agent-x container monitor: ImagePullBackOff")
+				w.repin.wait = []string{"web", "agent"}
+				return w
+			}(),
+		},
 		"tick: another live process's attempt is left to it": {
 			settings: []settingsOpt{asInstance("me")},
 			obs:      rolled(rollbackGroup(), "1", heldBy("pod-b", time.Minute)),

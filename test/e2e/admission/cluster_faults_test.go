@@ -79,18 +79,18 @@ func TestCluster_R4_R10_PodThatNeverBecomesReadyLocksOutAndRearmConverges(t *tes
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	// minReadySeconds: a new pod counts as available only once Ready for
-	// 4 s, so the few milliseconds it reads Ready before the gate's owner
-	// says otherwise cannot move the rollout on.
+	// The gate's owner runs from the start, as a load balancer controller
+	// does: a pod whose gate nobody sets is never Ready. minReadySeconds: a
+	// new pod counts as available only once Ready for 4 s.
 	testenv.Deployment(t, e.C.Client, e.NS, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
 		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4), testenv.WithAnnotations(map[string]string{e2e.OwnerKey: "team-web"}))
+	lb := e.StartGateOwner("web", gate)
 	e.Settle("Deployment", "web")
 	cfg := e.Config("rolloutTimeout: 5s\nmaxRefreshAttempts: 2\n" + e2e.CfWebGroup)
 	e.PinAll(cfg)
 	if got := e.Image("web", "web"); got != tag+"@"+first {
 		t.Fatalf("setup: web runs %s, want %s", got, tag+"@"+first)
 	}
-	lb := e.StartGateOwner("web", gate)
 	rs := e.Rollouts("web")
 	recKey, attemptKey, flapKey := e.Key("last-refreshed-web-digest"), e.Key("refresh-attempt"), e.Key("refresh-flap-detected")
 	rearm := "image-refresh rearm --config " + cfg + " --group web"
@@ -687,9 +687,9 @@ func TestRun_C6_R10_ARolloutNotSettledWithinRolloutTimeoutIsAFailedAttempt(t *te
 	tag := e.Repo("web") + ":prod"
 	testenv.Deployment(t, e.C.Client, e.NS, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
 		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4))
+	lb := e.StartGateOwner("web", gate)
 	e.Settle("Deployment", "web")
 	e.PinAll(e.Config(e2e.CfWebGroup))
-	lb := e.StartGateOwner("web", gate)
 	cfg := e.Config("rolloutTimeout: 4s\nmaxRefreshAttempts: 2\n" + e2e.CfWebGroup)
 	ctl := e.StartRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
 	ctl.WaitReady(t)

@@ -23,12 +23,11 @@ func TestTick_V2_ADigestWhosePodsNeverBecomeReadyIsRolledBackAndQuarantined(t *t
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	e.gated("web", tag, 2)
+	lb := e.gated("web", tag, 2)
 	// The tick waits rolloutTimeout for the bad rollout: a short one for
 	// that tick (it is meant to fail), a long one for every other.
 	cfg, short := rollbackConfig(e, "v2-tick", "2m"), rollbackConfig(e, "v2-tick", "3s")
 	e.PinAll(cfg)
-	lb := e.StartGateOwner("web", c6Gate)
 
 	bad := e.Push("web", "prod")
 	lb.Fail(bad)
@@ -77,17 +76,64 @@ func TestTick_V2_ADigestWhosePodsNeverBecomeReadyIsRolledBackAndQuarantined(t *t
 	}
 }
 
+// V2, R14: a tick's wait for a digest change ends at the first failure
+// the pods report, as `run` reads it (a container in CrashLoopBackOff with
+// its last exit code), not at rolloutTimeout, names it, and the same tick
+// rolls back for it. The new pods never become Ready (their gate's owner
+// never sets it True), so nothing but the crash can end the wait early; a
+// rolloutTimeout far above anything else the tick waits for is its bound.
+func TestTick_V2_R14_ACrashingContainerEndsTheWaitAtOnceAndIsRolledBackForIt(t *testing.T) {
+	e := newEnv(t)
+	first := e.Push("web", "prod")
+	tag := e.Repo("web") + ":prod"
+	lb := e.gated("web", tag, 2)
+	cfg := rollbackConfig(e, "v2-crash", "3m")
+	e.PinAll(cfg)
+
+	bad := e.Push("web", "prod")
+	lb.Fail(bad)
+	e.StartCrashLoop("web", bad, 1)
+	code, logs := e.Tick(cfg)
+	if code != 1 {
+		t.Errorf("tick over a crashing build: exit %d, want 1", code)
+	}
+	if got := e.Image("web", "web"); got != tag+"@"+first {
+		t.Fatalf("after the crashing rollout web runs %s, want it rolled back to %s:\n%s", got, first, logs)
+	}
+	a := e.Annotations("web")
+	if got := a[e.Key("locked-on-web")]; got != bad {
+		t.Errorf("quarantine %q, want %s", got, bad)
+	}
+	crash := "container web: CrashLoopBackOff (last exit code 1, Error)"
+	if len(e2e.LogLines(logs, "ERROR", "rollout not settled", "Deployment "+e.NS+"/web will not settle", crash)) != 1 {
+		t.Errorf("no ERROR line of the wait naming the crash that ended it:\n%s", logs)
+	}
+	if note := a[e.Key("rolled-back-web")]; !strings.HasPrefix(note, bad+" ") || !strings.Contains(note, crash) {
+		t.Errorf("rolled-back note %q, want %s with the pod's CrashLoopBackOff and exit code", note, bad)
+	}
+	if len(e2e.LogLines(logs, "ERROR", "rolled back to the recorded digest "+first, bad, crash)) == 0 {
+		t.Errorf("no ERROR line naming the rollback, both digests and the crash:\n%s", logs)
+	}
+	// The rollback above proves the wait ran and ended: it did not end at
+	// its timeout.
+	if lines := e2e.LogLines(logs, "ERROR", "rolloutTimeout"); len(lines) != 0 {
+		t.Errorf("the wait is reported as timed out:\n%s", strings.Join(lines, "\n"))
+	}
+	if lines := e2e.LogLines(logs, "ERROR", "did not settle within"); len(lines) != 0 {
+		t.Errorf("the wait is reported as timed out:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
 func TestRun_V2_AFailedRolloutIsRolledBackFromWatchEvents(t *testing.T) {
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	e.gated("web", tag, 2)
+	lb := e.gated("web", tag, 2)
 	// The attempt's deadline is counted on the injected clock: the test
 	// moves it past rolloutTimeout once the bad digest is rolling.
 	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
 	cfg := rollbackConfig(e, "v2-run", "1m")
 	e.PinAll(cfg)
-	lb := e.StartGateOwner("web", c6Gate)
 
 	ctl := e.StartRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0", "--workers", "1")
 	ctl.WaitReady(t)

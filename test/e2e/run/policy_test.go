@@ -440,10 +440,10 @@ func TestRun_R23_ANewDigestRearmsALockedOutGroupAndTheLockedOnDigestIsNeverTried
 	tag := e.Repo("web") + ":prod"
 	testenv.Deployment(t, e.C.Client, e.NS, "web", testenv.WithContainer("web", tag), testenv.WithReplicas(1),
 		testenv.WithReadinessGate(gate), testenv.WithMinReadySeconds(4))
+	lb := e.StartGateOwner("web", gate)
 	e.Settle("Deployment", "web")
 	groups := "groups:\n" + e2e.OneGroup("fixes", "web", "web", "web")
 	e.PinAll(e.Config(groups))
-	lb := e.StartGateOwner("web", gate)
 	cfg := e.Config("rolloutTimeout: 4s\nmaxRefreshAttempts: 2\n" + groups)
 	ctl := e.StartRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0")
 	ctl.WaitReady(t)
@@ -522,7 +522,7 @@ func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(
 	apiTag, agentTag := e.Repo("api")+":prod", e.Repo("agent")+":prod"
 	testenv.Deployment(t, e.C.Client, e.NS, "conf", testenv.WithContainer("app", apiTag))
 	e.Settle("Deployment", "conf")
-	e.gated("disc", agentTag, 1)
+	lb := e.gated("disc", agentTag, 1)
 	e.Enable("Deployment", "disc")
 	cfg := e.Config("maxConcurrentRollouts: 1\ngroups:\n" + e2e.OneGroup("conf", "api", "conf", "app"))
 	for range 2 { // first observation, then the pins
@@ -537,7 +537,6 @@ func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(
 
 	// A previous leader re-imaged disc to a new digest under attempt 1 and
 	// died; that rollout has not settled (its pods are not Ready yet).
-	lb := e.StartGateOwner("disc", c6Gate)
 	newAgent := e.Push("agent", "prod")
 	lb.Fail(newAgent)
 	e.Annotate("disc", map[string]*string{
@@ -586,8 +585,7 @@ func TestRun_R24_StatusSaysQueuedForAGroupWaitingForARolloutSlot(t *testing.T) {
 	gates := map[string]*e2e.GateOwner{}
 	groups := "groups:\n"
 	for _, n := range names {
-		e.gated(n, tag, 1)
-		gates[n] = e.StartGateOwner(n, c6Gate)
+		gates[n] = e.gated(n, tag, 1)
 		groups += e2e.OneGroup("g-"+n, "api", n, "web")
 	}
 	cfg := e.Config("maxConcurrentRollouts: 1\n" + groups)

@@ -15,13 +15,17 @@ import (
 const c6Gate = "lb.acme.example/target-healthy"
 
 // gated creates Deployment name on tag whose new pods become available
-// only while the gate owner says they are healthy (and 4 s after that, so
-// the moment kwok reports them Ready cannot move a rollout on).
-func (e *env) gated(name, tag string, replicas int32) {
+// only while the gate owner it returns says they are healthy (and 4 s
+// after that), and waits until it settled. The owner runs from the start,
+// as a load balancer controller does: a pod whose gate nobody sets is
+// never Ready.
+func (e *env) gated(name, tag string, replicas int32) *e2e.GateOwner {
 	e.T.Helper()
 	testenv.Deployment(e.T, e.C.Client, e.NS, name, testenv.WithContainer("web", tag), testenv.WithReplicas(replicas),
 		testenv.WithReadinessGate(c6Gate), testenv.WithMinReadySeconds(4))
+	lb := e.StartGateOwner(name, c6Gate)
 	e.Settle("Deployment", name)
+	return lb
 }
 
 // C6: a revert of a workload that was settled on its pin is re-pinned in
@@ -34,14 +38,13 @@ func TestRun_C6_ARevertOfASettledPinIsRepinnedWithoutWaitingForItsRollout(t *tes
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	e.gated("web", tag, 2)
+	lb := e.gated("web", tag, 2)
 	cfg := e.Config("groups:\n" + e2e.OneGroup("c6-revert", "web", "web", "web"))
 	e.PinAll(cfg)
 	pinned := tag + "@" + first
 	if got := e.Image("web", "web"); got != pinned {
 		t.Fatalf("setup: web runs %s, want %s", got, pinned)
 	}
-	lb := e.StartGateOwner("web", c6Gate)
 	lb.FailOnTag()
 
 	ctl := e.StartRun(cfg, "--poll-interval", "1h")
@@ -76,7 +79,7 @@ func TestRun_C6_AGroupStuckRollingNeverDelaysAnotherGroup(t *testing.T) {
 	first := e.Push("web", "prod")
 	apiDigest := e.Push("api", "prod")
 	webTag, apiTag := e.Repo("web")+":prod", e.Repo("api")+":prod"
-	e.gated("stuck", webTag, 1)
+	lb := e.gated("stuck", webTag, 1)
 	testenv.Deployment(t, e.C.Client, e.NS, "other", testenv.WithContainer("api", apiTag), testenv.WithReplicas(1))
 	e.Settle("Deployment", "other")
 	cfg := e.Config("groups:\n" + e2e.OneGroup("c6-stuck", "web", "stuck", "web") + e2e.OneGroup("c6-other", "api", "other", "api"))
@@ -84,7 +87,6 @@ func TestRun_C6_AGroupStuckRollingNeverDelaysAnotherGroup(t *testing.T) {
 	if got := e.Image("stuck", "web"); got != webTag+"@"+first {
 		t.Fatalf("setup: stuck runs %s", got)
 	}
-	lb := e.StartGateOwner("stuck", c6Gate)
 
 	ctl := e.StartRun(cfg, "--poll-interval", "1s", "--poll-jitter", "0", "--workers", "1")
 	ctl.WaitReady(t)

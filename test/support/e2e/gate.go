@@ -55,17 +55,12 @@ func PodCondition(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionSt
 }
 
 // GateOwner plays the owner of a readiness gate, as a load balancer
-// controller does for the pods of one Deployment: it reports the gate
-// False on every pod that runs the digest it is told is unhealthy, True on
-// the others.
-//
-// kwok's pod-ready stage, which stands in for the kubelet here, reports
-// every readinessGate True (and the pod Ready) when it starts a pod, and
-// never recomputes Ready afterwards. So a gate "nobody sets" does not keep
-// a pod unready on this cluster; the owner writes the gate and, as the
-// kubelet would on a gate turning False, the pod's Ready condition. kwok
-// does not touch a started pod's status again, so what the owner writes
-// stays.
+// controller does for the pods of one Deployment: it sets the gate True on
+// every pod that runs a healthy target, and leaves it unset on the pods of
+// the digest it is told is unhealthy (False, should it have set it True
+// before). It writes only its gate: the node (kwok's pod-ready and
+// pod-readiness stages, as a kubelet) keeps a pod Ready only while every
+// gate is True, so a pod whose gate nobody sets is never Ready.
 type GateOwner struct {
 	E         *Env
 	App, Gate string
@@ -112,67 +107,38 @@ func (g *GateOwner) tell() {
 	}
 }
 
-// Loop sets the gate on the pods it watches until ctx ends: at once, on
-// every event of a watch of the pods, and when told a new verdict, as a
-// controller does; only while the API server cannot be watched, or after
-// a failed read or write, does it retry on a timer.
+// Loop sets the gate on the pods it watches until ctx ends (ownPods).
 func (g *GateOwner) Loop(ctx context.Context) {
 	defer close(g.Done)
-	pods := g.E.C.Client.CoreV1().Pods(g.E.NS)
-	for ctx.Err() == nil {
-		w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: "app=" + g.App})
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		retry := g.reconcile(ctx)
-		for open := true; open && ctx.Err() == nil; {
-			select {
-			case <-ctx.Done():
-			case _, open = <-w.ResultChan():
-			case <-g.told:
-			case <-retry:
-			}
-			if open {
-				retry = g.reconcile(ctx)
-			}
-		}
-		w.Stop()
-	}
+	ownPods(ctx, g.E.C.Client, g.E.NS, g.App, g.told, g.reconcile)
 }
 
-// reconcile writes the gate (and Ready) on every started pod of the app
-// whose conditions differ from the verdict. After a failed read or write
-// it returns a timer to try again on (nil: nothing failed).
+// reconcile writes the gate on every pod of the app whose gate differs
+// from the verdict: True on a healthy one; on an unhealthy one False if it
+// was True, else nothing. After a failed read or write it returns a timer
+// to try again on (nil: nothing failed).
 func (g *GateOwner) reconcile(ctx context.Context) <-chan time.Time {
 	pods := g.E.C.Client.CoreV1().Pods(g.E.NS)
 	g.Mu.Lock()
 	bad, onTag := g.Unhealthy, g.OnTag
 	g.Mu.Unlock()
+	gate := corev1.PodConditionType(g.Gate)
 	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + g.App})
 	failed := err != nil
 	for i := 0; err == nil && i < len(list.Items); i++ {
 		p := &list.Items[i]
-		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-			continue // not started by kwok yet: it would overwrite the gate
+		if p.DeletionTimestamp != nil {
+			continue
 		}
 		want, reason := corev1.ConditionTrue, "TargetHealthy"
 		if img := p.Spec.Containers[0].Image; (bad != "" && strings.HasSuffix(img, "@"+bad)) || (onTag && !strings.Contains(img, "@")) {
 			want, reason = corev1.ConditionFalse, "TargetUnhealthy"
 		}
-		if PodCondition(p, corev1.PodConditionType(g.Gate)) == want && PodCondition(p, corev1.PodReady) == want {
+		if has := PodCondition(p, gate); has == want || (want == corev1.ConditionFalse && has != corev1.ConditionTrue) {
 			continue
 		}
-		now := time.Now().UTC().Format(time.RFC3339)
-		readyReason := ""
-		if want == corev1.ConditionFalse {
-			readyReason = "ReadinessGatesNotReady"
-		}
-		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q},{"type":"Ready","status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
-			g.Gate, want, reason, now, want, readyReason, now)
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q,"lastTransitionTime":%q}]}}`,
+			g.Gate, want, reason, time.Now().UTC().Format(time.RFC3339))
 		if _, perr := pods.Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "lb-controller"}, "status"); perr != nil {
 			failed = true
 		}

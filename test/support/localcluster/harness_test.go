@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -302,4 +303,95 @@ func TestHarness_N1_StartFailsOnANodeThatDoesNotRunPods(t *testing.T) {
 	if err := c.CheckNodesRunPods(ctx, []string{"node-2"}, 60*time.Second); err != nil {
 		t.Fatalf("node-2 with its agent back: %v", err)
 	}
+}
+
+// A kubelet never writes a readiness gate's condition: the gate's owner
+// does, and the kubelet keeps the pod Ready only while every gate is True
+// (R4 reads a rollout through that). So does the harness's node: a pod
+// whose two gates nobody sets starts with ready containers and is not
+// Ready; it is Ready once its owner set both True, and not at any moment
+// before; and unready again when one turns False.
+func TestHarness_R4_TheNodeLeavesReadinessGatesToTheirOwnersAndIsReadyOnlyWhileAllAreTrue(t *testing.T) {
+	c := testenv.Cluster(t)
+	ns := testenv.Namespace(t, c.Client)
+	pods := c.Client.CoreV1().Pods(ns)
+	gates := []corev1.PodConditionType{"lb.acme.example/registered", "mesh.acme.example/ready"}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gated", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      "node-1",
+			Containers:                    []corev1.Container{{Name: "app", Image: "registry.test/acme/app:prod"}},
+			ReadinessGates:                []corev1.PodReadinessGate{{ConditionType: gates[0]}, {ConditionType: gates[1]}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	created, err := pods.Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pods.Watch(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "gated").String(), ResourceVersion: created.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// until reads the pod's every version from the watch until one
+	// satisfies cond; with early, none on the way may be Ready with a gate
+	// not True (once a gate turns False, Ready may follow a moment later,
+	// as a kubelet's does).
+	until := func(what string, early bool, cond func(*corev1.Pod) bool) *corev1.Pod {
+		t.Helper()
+		deadline := time.After(60 * time.Second)
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatalf("the watch of the pod ended before it %s", what)
+				}
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
+				}
+				for _, g := range gates {
+					if early && podCondition(p, corev1.PodReady) == corev1.ConditionTrue && podCondition(p, g) != corev1.ConditionTrue {
+						t.Fatalf("pod Ready while its gate %s is %q (resourceVersion %s): %+v", g, podCondition(p, g), p.ResourceVersion, p.Status.Conditions)
+					}
+				}
+				if cond(p) {
+					return p
+				}
+			case <-deadline:
+				t.Fatalf("the pod never %s", what)
+			}
+		}
+	}
+	setGate := func(g corev1.PodConditionType, status corev1.ConditionStatus) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"lastTransitionTime":%q}]}}`, g, status, time.Now().UTC().Format(time.RFC3339))
+		if _, err := pods.Patch(context.Background(), "gated", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "gate-owner"}, "status"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	started := until("started", true, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if got := podCondition(started, corev1.ContainersReady); got != corev1.ConditionTrue {
+		t.Errorf("started with ContainersReady %q, want True", got)
+	}
+	if got := podCondition(started, corev1.PodReady); got != corev1.ConditionFalse {
+		t.Errorf("started with Ready %q, want False: no gate is set", got)
+	}
+	for _, g := range gates {
+		if got := podCondition(started, g); got != "" {
+			t.Errorf("the node wrote gate %s = %q: only its owner may", g, got)
+		}
+	}
+
+	setGate(gates[0], corev1.ConditionTrue)
+	until("saw its first gate True", true, func(p *corev1.Pod) bool { return podCondition(p, gates[0]) == corev1.ConditionTrue })
+	setGate(gates[1], corev1.ConditionTrue)
+	until("was Ready with both gates True", true, func(p *corev1.Pod) bool { return podCondition(p, corev1.PodReady) == corev1.ConditionTrue })
+
+	setGate(gates[1], corev1.ConditionFalse)
+	until("was unready again after a gate turned False", false, func(p *corev1.Pod) bool {
+		return podCondition(p, gates[1]) == corev1.ConditionFalse && podCondition(p, corev1.PodReady) == corev1.ConditionFalse
+	})
 }

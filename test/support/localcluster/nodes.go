@@ -150,7 +150,7 @@ func (c *Cluster) StopNodeAgent(name string) error {
 
 // NodeUp restarts the node's kwok process and image agent and waits until
 // it is Ready and has re-reported its pods, as a kubelet does: a running
-// pod is Ready again (pod-ready-again, every readiness gate permitting), and
+// pod is Ready again (pod-readiness, every readiness gate permitting), and
 // a pending one whose images are settled starts.
 func (c *Cluster) NodeUp(ctx context.Context, name string) error {
 	i, err := c.nodeIndex(name)
@@ -212,9 +212,11 @@ func (c *Cluster) waitPodsReReported(ctx context.Context, node string) error {
 
 // waitsForNode reports whether p is a pod its node's kwok has to move on:
 // pending with its images settled (pod-ready starts it), or running with
-// ready containers but not Ready although every readiness gate is True
-// (pod-ready-again). A Job's pods and pods being deleted are left alone, as
-// the stages leave them.
+// ready containers and a Ready condition that disagrees with its readiness
+// gates (pod-readiness): made NotReady while the node was down although
+// every gate is True, or Ready although a gate's owner has not set it True.
+// A Job's pods and pods being deleted are left alone, as the stages leave
+// them.
 func waitsForNode(p *corev1.Pod) bool {
 	if p.DeletionTimestamp != nil {
 		return false
@@ -232,15 +234,14 @@ func waitsForNode(p *corev1.Pod) bool {
 	case corev1.PodPending:
 		return cond[ImagesPulledCondition] == corev1.ConditionTrue
 	case corev1.PodRunning:
-		if cond[corev1.ContainersReady] != corev1.ConditionTrue || cond[corev1.PodReady] == corev1.ConditionTrue {
+		if cond[corev1.ContainersReady] != corev1.ConditionTrue {
 			return false
 		}
+		gates := true
 		for _, g := range p.Spec.ReadinessGates {
-			if cond[g.ConditionType] != corev1.ConditionTrue {
-				return false
-			}
+			gates = gates && cond[g.ConditionType] == corev1.ConditionTrue
 		}
-		return true
+		return (cond[corev1.PodReady] == corev1.ConditionTrue) != gates
 	}
 	return false
 }

@@ -8,9 +8,10 @@ import (
 )
 
 // NodeUp waits for exactly the pods a kubelet that comes back moves on
-// (N1): a running pod made NotReady while the node was down, and a pending
-// pod whose images are settled. Others are left alone, so that a pod held
-// back on purpose (a readiness gate) never makes NodeUp wait.
+// (N1): a running pod whose Ready condition disagrees with its readiness
+// gates (made NotReady while the node was down), and a pending pod whose
+// images are settled. Others are left alone, so that a pod held back on
+// purpose (a readiness gate) never makes NodeUp wait.
 func TestWaitsForNode_N1_OnlyPodsTheNodeShouldMoveOn(t *testing.T) {
 	conds := func(kv ...any) []corev1.PodCondition {
 		var out []corev1.PodCondition
@@ -31,6 +32,8 @@ func TestWaitsForNode_N1_OnlyPodsTheNodeShouldMoveOn(t *testing.T) {
 		{"running and Ready", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds(corev1.ContainersReady, yes, corev1.PodReady, yes)}}, false},
 		{"running, containers not ready", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds(corev1.ContainersReady, no, corev1.PodReady, no)}}, false},
 		{"readiness gate False", corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds(corev1.ContainersReady, yes, corev1.PodReady, no, gate, no)}}, false},
+		{"readiness gate not set", corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds(corev1.ContainersReady, yes, corev1.PodReady, no)}}, false},
+		{"Ready although its readiness gate turned False", corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds(corev1.ContainersReady, yes, corev1.PodReady, yes, gate, no)}}, true},
 		{"readiness gate True", corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: conds(corev1.ContainersReady, yes, corev1.PodReady, no, gate, yes)}}, true},
 		{"pending, images settled", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: conds(ImagesPulledCondition, yes)}}, true},
 		{"pending, images not settled yet", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, false},

@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 )
 
-// podStages are the harness's own pod Stage documents, kwok's with two
+// podStages are the harness's own pod Stage documents, kwok's with the
 // changes a kubelet makes necessary: a pod starts once the node agent has
-// reported its image IDs (which starting and completing keep), and a
-// running pod is Ready again when its node comes back (pod-ready-again).
+// reported its image IDs (which starting and completing keep), and its
+// Ready condition follows its readiness gates, which their owners set
+// (pod-ready, pod-readiness): also when its node comes back.
 //
 //go:embed stages/*.yaml
 var podStages embed.FS
