@@ -98,8 +98,8 @@ func TestRender_B2_R7_R3_RecordedDigestAndMirrorAreLeftAsRendered(t *testing.T) 
 	if code != 0 || out != in {
 		t.Fatalf("exit %d, output changed=%v; want 0 and the input unchanged:\n%s", code, out != in, logs)
 	}
-	if len(e2e.LogLines(logs, "INFO", "mirror.local/acme/api is served by another registry", "(R3)", "container api")) != 1 {
-		t.Errorf("no R3 note for the mirror image:\n%s", logs)
+	if len(e2e.LogLines(logs, "INFO", "mirror.local/acme/api is served by another registry", "(docs/mirrors.md)", "container api")) != 1 {
+		t.Errorf("no note (R3) for the mirror image:\n%s", logs)
 	}
 	if strings.Contains(logs, "container proxy") {
 		t.Errorf("a note for the container already on the recorded digest (R7 compares only the digest):\n%s", logs)
