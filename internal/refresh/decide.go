@@ -47,6 +47,7 @@ func Decide(s Settings, obs Observation) *Plan {
 	}
 	d.gate(locked, blocked, notSettled)
 	d.running()
+	d.pins()
 	d.suspend()
 	d.p.InFlight = d.rolloutInFlight()
 	return d.p
