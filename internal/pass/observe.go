@@ -228,10 +228,10 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		}
 		obs.Latest[img.Name] = res
 		r.observePlatforms(ctx, img, keys, keychain, &obs)
-		r.observePins(ctx, img, keychain, &obs)
 		if res.Err != nil {
 			continue
 		}
+		r.observePins(ctx, img, keychain, &obs)
 		for _, t := range img.Targets {
 			c, ok := obs.Workloads[t.Workload()].Containers[t.Container]
 			if !ok {
@@ -350,7 +350,9 @@ type pinChecked struct {
 // process. A tick's process lives for one tick, so a tick checks every
 // time; `run` checks on its first pass and then on the first pass after
 // each interval. The answers go to the observation, fresh or kept, so
-// that every pass of the interval says what the last check found.
+// that every pass of the interval says what the last check found. An
+// image whose tag could not be resolved this pass is not checked: its
+// registry failure counts in R1's streak already.
 func (r *Runner) observePins(ctx context.Context, img config.Image, kc func() authn.Keychain, obs *refresh.Observation) {
 	if obs.Anchor == nil {
 		return

@@ -47,8 +47,8 @@ func Decide(s Settings, obs Observation) *Plan {
 	}
 	d.gate(locked, blocked, notSettled)
 	d.running()
-	d.pins()
 	d.suspend()
+	d.pins()
 	d.p.InFlight = d.rolloutInFlight()
 	return d.p
 }

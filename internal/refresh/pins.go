@@ -98,14 +98,24 @@ func pinUses(keys state.Keys, obs Observation, img config.Image) []pinUse {
 
 // pins applies V4 to the group: a pinned digest the registry no longer
 // holds is pin-missing, with who depends on it and what will fail. It
-// runs after the rows are decided; a pass that checked nothing (no
-// Observation.PinChecks) says nothing.
+// runs after the rows are decided, and after O1 (a suspended group moves
+// nothing); a pass that checked nothing (no Observation.PinChecks) says
+// nothing.
 func (d *decision) pins() {
 	if d.obs.PinChecks == nil {
 		return
 	}
 	for _, img := range d.obs.Group.Images {
 		for _, u := range pinUses(d.keys, d.obs, img) {
+			if !u.rollback {
+				// A target this pass moves to another digest no longer
+				// depends on this one once its rollout settled; with
+				// rollback, the lost digest is where it would retreat to.
+				u.on = slices.DeleteFunc(u.on, d.moving(u.ref.Digest))
+				if len(u.on) == 0 {
+					continue
+				}
+			}
 			check, ok := d.obs.PinChecks[u.ref]
 			switch {
 			case !ok:
@@ -156,6 +166,24 @@ func (d *decision) pinMissing(img config.Image, u pinUse) {
 				r.Also = append(r.Also, Beside{State: StatePinMissing, Message: msg, Remediation: rem})
 			}
 		}
+	}
+}
+
+// moving reports whether this plan re-images a target to another digest
+// than digest.
+func (d *decision) moving(digest string) func(config.Target) bool {
+	return func(t config.Target) bool {
+		if d.p.Repin == nil {
+			return false
+		}
+		for _, wc := range d.p.Repin.Changes {
+			for _, ic := range wc.Images {
+				if wc.Workload == t.Workload() && ic.Container == t.Container && imageref.DigestOf(ic.To) != digest {
+					return true
+				}
+			}
+		}
+		return false
 	}
 }
 

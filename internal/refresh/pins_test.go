@@ -71,6 +71,16 @@ func TestDecide_V4_APinnedDigestTheRegistryNoLongerHoldsIsPinMissing(t *testing.
 			obs:  steady(withLatest("api", dA), pinCheck(PinRef{Repository: repo, Digest: dC}, true, nil)),
 			want: want{rows: []string{"api web/api: pinned", "api agent/monitor: pinned"}},
 		},
+		"a digest change moves every target off the lost digest in this pass: nothing said": {
+			obs: steady(withLatest("api", dB), pinCheck(onA, true, nil)),
+			want: want{
+				rows: []string{"api web/api: drifted", "api agent/monitor: drifted"},
+				repin: &wantRepin{attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+					changes: []string{"web: api " + pinned("<A>") + " -> " + pinned("<B>") + " (digest-change, helm)",
+						"agent: monitor " + pinned("<A>") + " -> " + pinned("<B>") + " (digest-change, helm)"},
+					wait: []string{"web", "agent"}, clear: kv{k.Attempt(): deleted}, record: kv{k.Record("api"): "<B>"}},
+			},
+		},
 		"a target on the tag is not pinned to the lost digest: it keeps its own state": {
 			obs: steady(withLatest("api", dA), withLive(agentMon, onTag), pinCheck(onA, true, nil)),
 			want: want{
