@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/image-refresh/image-refresh/test/support/distribution"
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
@@ -156,4 +157,48 @@ func TestTick_V4_ALostRollbackTargetSaysTheRollbackCannotRetreat(t *testing.T) {
 	if jobs["state"] != "pin-missing" || !strings.Contains(jobs["message"].(string), "cannot retreat") {
 		t.Errorf("jobs-manager: %v (%v), want pin-missing saying the rollback cannot retreat", jobs["state"], jobs["message"])
 	}
+}
+
+// distDigestHeads counts image-refresh's manifest HEADs of acme/api by
+// digest d that Distribution answered with status, from its access log.
+func distDigestHeads(d *e2e.DistEnv, digest, status string) int {
+	n := 0
+	for _, l := range strings.Split(d.Dist.Log(), "\n") {
+		if strings.Contains(l, `"HEAD /v2/acme/api/manifests/`+digest+` HTTP/`) && strings.Contains(l, `" `+status+` `) && strings.Contains(l, `"image-refresh/`) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestTick_V4_DistributionAPinnedDigestDeletedByTheRegistryIsPinMissing(t *testing.T) {
+	d := e2e.NewDistEnv(t)
+	old := d.SeedDist(distribution.Password)
+	d.PinDist(d.DistConfig(true), old)
+	// The tag moves on, the new build waits (minDigestAge), and the
+	// registry deletes the untagged manifest the targets are pinned to.
+	cfg := d.Config("  - host: " + d.Dist.Host + "\n    caFile: " + d.Dist.CAFile + "\nminDigestAge: 1h\n" +
+		strings.ReplaceAll(e2e.SeedShape, "{{reg}}", d.Dist.Host))
+	d.Dist.MustPushRandomImage(t, "acme/api", "prod")
+	if code, _ := d.Tick(cfg); code != 0 {
+		t.Fatalf("tick with the new build waiting: exit %d, want 0", code)
+	}
+	if n := distDigestHeads(d, old, "200"); n != 1 {
+		t.Errorf("%d HEADs of the pinned digest answered 200, want 1 (one tick, two targets)", n)
+	}
+	d.Dist.MustDeleteManifest(t, "acme/api", old)
+	code, logs := d.Tick(cfg)
+	if code != 1 {
+		t.Errorf("tick exit %d, want 1", code)
+	}
+	if n := distDigestHeads(d, old, "404"); n != 1 {
+		t.Errorf("%d HEADs of the deleted digest answered 404, want 1", n)
+	}
+	if len(e2e.LogLines(logs, "ERROR", "the registry no longer holds "+d.Repo()+"@"+old, "a new pod, a reschedule or a scale-up")) != 1 {
+		t.Errorf("want one ERROR line naming %s", old)
+	}
+	if !e2e.HasEvent(d.Events("jobs-manager"), "PinMissing", old) {
+		t.Errorf("no PinMissing Event naming %s", old)
+	}
+	d.AssertNoLeakAnywhere(logs)
 }
