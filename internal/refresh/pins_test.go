@@ -3,6 +3,7 @@ package refresh
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -135,6 +136,40 @@ func TestDecide_V4_ALostRollbackTargetSaysTheRollbackCannotRetreat(t *testing.T)
 			},
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "message", findingWith(t, p, ReasonPinMissing).Message, "the rollback cannot retreat to it")
+			},
+		},
+	})
+}
+
+func TestDecide_V4_ALostOperatorPinIsPinMissingWithItsOwnFix(t *testing.T) {
+	g := group(withImage("api", on(webAPI), pinnedDigest(dB)))
+	onB := PinRef{Repository: repo, Digest: dB}
+	run(t, map[string]decideCase{
+		"an operator pin the registry lost: pin-missing, fixed by the pin": {
+			obs: observe(g, withLatest("api", dB), withLive(webAPI, pinned(dB)), pinCheck(onB, true, nil)),
+			want: want{
+				findings: []string{"api: INFO - benign", "api: ERROR PinMissing needs-human"},
+				rows:     []string{"api web/api: pin-missing"},
+			},
+			also: func(t *testing.T, p *Plan) {
+				f := findingWith(t, p, ReasonPinMissing)
+				contains(t, "remediation", f.Remediation, "set pinnedDigest of image api to a digest the registry holds")
+				if strings.Contains(f.Message, "rollback") {
+					t.Errorf("message %q speaks of a rollback: an operator pin is never rolled back to", f.Message)
+				}
+			},
+		},
+		"a stale operator pin the registry lost: stale-pin stays the state, pin-missing beside it": {
+			obs: observe(g, withLatest("api", dC), withLive(webAPI, pinned(dB)), pinCheck(onB, true, nil)),
+			want: want{
+				bookkeeping: kv{k.StalePin("api"): "<C>"},
+				findings:    []string{"api: WARN StalePin needs-human", "api: ERROR PinMissing needs-human"},
+				rows:        []string{"api web/api: stale-pin"},
+			},
+			also: func(t *testing.T, p *Plan) {
+				if len(p.Rows[0].Also) != 1 || p.Rows[0].Also[0].State != StatePinMissing {
+					t.Errorf("Also = %v, want pin-missing beside stale-pin", p.Rows[0].Also)
+				}
 			},
 		},
 	})
