@@ -24,6 +24,7 @@ const (
 	DefaultMaxReadFailures    = 8
 	DefaultMaxDigestChanges   = 3
 	DefaultDigestChangeWindow = time.Hour
+	DefaultPinCheckInterval   = time.Hour
 	DefaultFirstInstall       = FirstInstallPinNextTick
 	DefaultPinFormat          = imageref.PinTagAndDigest
 
@@ -275,6 +276,10 @@ type Config struct {
 	// MaxConcurrentRollouts caps, in run, the groups rolling out a digest
 	// change at once across the controller (R24); 0: unlimited.
 	MaxConcurrentRollouts int `yaml:"maxConcurrentRollouts"`
+	// PinCheckInterval is how often `run` checks that every pinned digest
+	// and V2 rollback target still exists in its registry (V4); a tick
+	// checks on every tick.
+	PinCheckInterval time.Duration `yaml:"pinCheckInterval"`
 	// FailOnRunningStale makes a target whose pods run another digest than
 	// its pin (N1, running-stale) exit a tick 1. Off by default: the pin
 	// already fixes the next rollout, and the state is reported anyway.
@@ -304,6 +309,7 @@ func Defaults() *Config {
 		MaxReadFailures:    DefaultMaxReadFailures,
 		MaxDigestChanges:   DefaultMaxDigestChanges,
 		DigestChangeWindow: DefaultDigestChangeWindow,
+		PinCheckInterval:   DefaultPinCheckInterval,
 		FirstInstall:       DefaultFirstInstall,
 		PinFormat:          DefaultPinFormat,
 	}

@@ -27,6 +27,7 @@ func exampleConfig() *Config {
 		MaxReadFailures:    8,
 		MaxDigestChanges:   3,
 		DigestChangeWindow: time.Hour,
+		PinCheckInterval:   time.Hour,
 		FirstInstall:       FirstInstallPinNextTick,
 		PinFormat:          imageref.PinTagAndDigest,
 		Registries: []Registry{
@@ -254,8 +255,8 @@ func TestLoad_TheExampleFailsOnlyOnItsMissingCAFile(t *testing.T) {
 	}
 	_, err = Load(path)
 	fes := fieldErrors(err)
-	if len(fes) != 1 || fes[0].Path != "registries[0].caFile" || fes[0].Line != 16 {
-		t.Errorf("want one caFile error at line 16, got %v", err)
+	if len(fes) != 1 || fes[0].Path != "registries[0].caFile" || fes[0].Line != 17 {
+		t.Errorf("want one caFile error at line 17, got %v", err)
 	}
 }
 

@@ -22,6 +22,7 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"maxDigestChanges":      d.integer(&c.MaxDigestChanges),
 		"digestChangeWindow":    d.duration(&c.DigestChangeWindow),
 		"minDigestAge":          d.duration(&c.MinDigestAge),
+		"pinCheckInterval":      d.duration(&c.PinCheckInterval),
 		"maxConcurrentRollouts": d.integer(&c.MaxConcurrentRollouts),
 		"firstInstall":          d.str((*string)(&c.FirstInstall)),
 		"pinFormat":             d.str((*string)(&c.PinFormat)),

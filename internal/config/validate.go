@@ -53,6 +53,7 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 	v.positive("rolloutTimeout", c.RolloutTimeout)
 	v.positive("registryTimeout", c.RegistryTimeout)
 	v.positive("apiTimeout", c.APITimeout)
+	v.positive("pinCheckInterval", c.PinCheckInterval)
 	if c.TickTimeout < 0 {
 		v.errorf("tickTimeout", "must not be negative, got %s (0 derives it from rolloutTimeout)", c.TickTimeout)
 	}

@@ -41,6 +41,8 @@ func TestValidate_RejectsEveryInvalidSetting(t *testing.T) {
 			func(c *Config) { c.MaxDigestChanges = 0 }, []string{"maxDigestChanges: must be at least 1"}},
 		{"a negative digest change window is rejected",
 			func(c *Config) { c.DigestChangeWindow = -time.Minute }, []string{"digestChangeWindow: must not be negative", "0 turns the bound off"}},
+		{"V4: a zero pinCheckInterval is rejected",
+			func(c *Config) { c.PinCheckInterval = 0 }, []string{"pinCheckInterval: must be positive"}},
 		{"R22: a negative minDigestAge is rejected",
 			func(c *Config) { c.MinDigestAge = -time.Minute }, []string{"minDigestAge: must not be negative", "0 rolls a new digest at once"}},
 		{"R24: a negative maxConcurrentRollouts is rejected",

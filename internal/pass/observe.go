@@ -74,6 +74,9 @@ type Runner struct {
 	signed   map[string]signedEntry // policy, repository@digest → its signatures' lookup (V1)
 	mirrored map[string]bool        // repository@digest the mirror proved it holds (R3)
 	indexes  map[string][]string    // repository@digest → its platform digests (N1)
+	// pinChecks holds V4's last answer per pinned digest and when it was
+	// asked: at most one HEAD per digest per pinCheckInterval.
+	pinChecks map[refresh.PinRef]pinChecked
 	// countedAsks holds, per group, the failed registry asks whose
 	// failures a pass stored toward maxReadFailures (R1): the plans'
 	// CountedAsks, passed back as each next observation's.
@@ -228,6 +231,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		if res.Err != nil {
 			continue
 		}
+		r.observePins(ctx, img, keychain, &obs)
 		for _, t := range img.Targets {
 			c, ok := obs.Workloads[t.Workload()].Containers[t.Container]
 			if !ok {
@@ -332,6 +336,47 @@ func (r *Runner) platforms(ctx context.Context, repo, digest string, kc func() a
 	r.indexes[key] = got
 	r.mu.Unlock()
 	return got, nil
+}
+
+// pinChecked is one of V4's answers and when it was asked.
+type pinChecked struct {
+	check refresh.PinCheck
+	at    time.Time
+}
+
+// observePins asks whether the registry still holds each digest img's
+// targets are pinned to or V2 would roll them back to (V4): one HEAD by
+// digest per digest per pinCheckInterval, shared by every group of the
+// process. A tick's process lives for one tick, so a tick checks every
+// time; `run` checks on its first pass and then on the first pass after
+// each interval. The answers go to the observation, fresh or kept, so
+// that every pass of the interval says what the last check found. An
+// image whose tag could not be resolved this pass is not checked: its
+// registry failure counts in R1's streak already.
+func (r *Runner) observePins(ctx context.Context, img config.Image, kc func() authn.Keychain, obs *refresh.Observation) {
+	if obs.Anchor == nil {
+		return
+	}
+	for _, ref := range refresh.PinsToCheck(r.Config.AnnotationPrefix, *obs, img) {
+		now := r.now()
+		r.mu.Lock()
+		got, ok := r.pinChecks[ref]
+		r.mu.Unlock()
+		if !ok || !now.Before(got.at.Add(r.Config.PinCheckInterval)) {
+			has, err := r.Resolver.Has(ctx, ref.Repository, ref.Digest, kc())
+			got = pinChecked{check: refresh.PinCheck{Missing: !has && err == nil, Err: err}, at: now}
+			r.mu.Lock()
+			if r.pinChecks == nil {
+				r.pinChecks = map[refresh.PinRef]pinChecked{}
+			}
+			r.pinChecks[ref] = got
+			r.mu.Unlock()
+		}
+		if obs.PinChecks == nil {
+			obs.PinChecks = map[refresh.PinRef]refresh.PinCheck{}
+		}
+		obs.PinChecks[ref] = got.check
+	}
 }
 
 // mirrorProof asks the mirror repo whether it holds digest (R3), once per

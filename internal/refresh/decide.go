@@ -48,6 +48,7 @@ func Decide(s Settings, obs Observation) *Plan {
 	d.gate(locked, blocked, notSettled)
 	d.running()
 	d.suspend()
+	d.pins()
 	d.p.InFlight = d.rolloutInFlight()
 	return d.p
 }

@@ -16,6 +16,7 @@
 //	suspend.go   an operator's suspension (O1)
 //	verify.go    only a verified digest is recorded or rolled (V1)
 //	rollback.go  a failed digest change put back and quarantined (V2)
+//	pins.go      a pinned digest the registry no longer holds (V4)
 package refresh
 
 import (
@@ -173,6 +174,9 @@ type Observation struct {
 	// matches, V1's answer for the registry's digest when that digest is
 	// not the record yet (the record was verified when it was recorded).
 	Verification map[string]Verification
+	// PinChecks holds V4's answers for the digests PinsToCheck lists; nil:
+	// nothing was checked this pass (the interval has not passed).
+	PinChecks map[PinRef]PinCheck
 }
 
 // Verification is the outcome of verifying an image's registry answer

@@ -196,6 +196,9 @@ const (
 	ReasonRunningStale       = "RunningStale"
 	ReasonDigestUnverified   = "DigestUnverified"
 	ReasonRolledBack         = "RolledBack"
+	// ReasonPinMissing: the registry no longer holds a pinned digest or
+	// the digest V2 rolls back to (V4).
+	ReasonPinMissing = "PinMissing"
 	// ReasonSuspendedWithoutEnd: a group suspended without an end for
 	// longer than SuspendedWithoutEndAfter (O1).
 	ReasonSuspendedWithoutEnd = "SuspendedWithoutEnd"
@@ -247,6 +250,7 @@ const (
 	StateUnverified    State = "unverified"  // V1
 	StateRolledBack    State = "rolled-back" // V2
 	StateSuspended     State = "suspended"   // O1
+	StatePinMissing    State = "pin-missing" // V4
 )
 
 // Beside is a state that holds beside a row's State, with its own message

@@ -1,5 +1,5 @@
 // Package registry resolves image tags to the digests a registry serves
-// (R1) and proves that a registry holds a digest (R3), with
+// (R1) and proves that a registry holds a digest (R3, V4), with
 // go-containerregistry doing the protocol and auth. Every call is bounded
 // (R14), classified (Error, Kind) and free of credentials (R20). A steady
 // poll costs one manifest HEAD: ping, token and connection live in a
@@ -143,8 +143,10 @@ func (r *Resolver) Latest(ctx context.Context, repository, tag string, kc authn.
 
 // Has reports whether repository holds digest, from a HEAD of
 // repository@digest: the proof R3 asks before a digest is pinned onto a
-// reference another registry (a mirror) serves. It returns (false, nil) only on
-// a definite 404, and (false, err) when it could not tell.
+// reference another registry (a mirror) serves, and V4's check that a pinned
+// digest is still pullable. It returns (false, nil) only on a definite 404
+// (MANIFEST_UNKNOWN), and (false, err) when it could not tell (401, 429,
+// 5xx, a timeout): never a false "gone".
 func (r *Resolver) Has(ctx context.Context, repository, digest string, kc authn.Keychain) (bool, error) {
 	ref, route, err := r.digestRef(repository, digest)
 	if err != nil {

@@ -106,6 +106,15 @@ func TestAlerts_Synthetic(t *testing.T) {
 			wantAt: map[string][]map[string]string{"1m": {g("web")}},
 		},
 		{
+			alert: "ImageRefreshPinMissing",
+			input: []inputSeries{
+				series(`image_refresh_group_needs_attention{group="web",reason="PinMissing"}`, "1x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="PinMissing"}`, "0x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="RolledBack"}`, "1x30"),
+			},
+			wantAt: map[string][]map[string]string{"1m": {g("web")}},
+		},
+		{
 			alert: "ImageRefreshSuspendedWithoutEnd",
 			input: []inputSeries{
 				series(`image_refresh_group_needs_attention{group="web",reason="SuspendedWithoutEnd"}`, "1x30"),

@@ -87,6 +87,7 @@ var alertStates = map[string]string{
 	"ImageRefreshDigestQuarantined":   "quarantined",
 	"ImageRefreshDigestUnverified":    "unverified",
 	"ImageRefreshRolledBack":          "rolled-back",
+	"ImageRefreshPinMissing":          "pin-missing",
 	"ImageRefreshSuspendedWithoutEnd": "suspended",
 	"ImageRefreshRewriteFight":        "error",
 	"ImageRefreshRunningStale":        "running-stale",
