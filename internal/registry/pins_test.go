@@ -21,7 +21,7 @@ func TestHas_V4_ADeletedDigestIsGoneAndOtherFailuresAreNoVerdict(t *testing.T) {
 	s.MustDeleteManifest(t, "acme/api", old)
 	repo := s.Host() + "/acme/api"
 	kc := freshKeychain(s.Host(), "robot", "s3cret")
-	r := newResolver(t, Options{Hosts: []HostConfig{{Host: s.Host(), Insecure: true}}, Timeout: 2 * time.Second})
+	r := newResolver(t, Options{Hosts: []HostConfig{{Host: s.Host(), Insecure: true}}, Timeout: time.Minute})
 	heads := func(d string) int { return s.Count(http.MethodHead, "/v2/acme/api/manifests/"+d) }
 
 	if ok, err := r.Has(context.Background(), repo, kept, kc); !ok || err != nil {
@@ -53,7 +53,13 @@ func TestHas_V4_ADeletedDigestIsGoneAndOtherFailuresAreNoVerdict(t *testing.T) {
 			if !tc.kc {
 				keys = nil
 			}
-			r := newResolver(t, Options{Hosts: []HostConfig{{Host: s.Host(), Insecure: true}}, Timeout: 300 * time.Millisecond})
+			// A hang ends at the resolver's timeout whatever its length; an
+			// answer must never be taken for one, however slow the machine.
+			timeout := time.Minute
+			if tc.fault.Hang {
+				timeout = 300 * time.Millisecond
+			}
+			r := newResolver(t, Options{Hosts: []HostConfig{{Host: s.Host(), Insecure: true}}, Timeout: timeout})
 			before := heads(kept)
 			ok, err := r.Has(context.Background(), repo, kept, keys)
 			if ok {

@@ -145,9 +145,7 @@ type PodSetDriver struct {
 	mu        sync.Mutex
 	held      bool
 	stalled   string
-	writes    atomic.Int64
 	observed  atomic.Int64 // the generation the last status write observed
-	stop      context.CancelFunc
 	done      chan struct{}
 	lastError atomic.Value
 }
@@ -156,7 +154,7 @@ type PodSetDriver struct {
 func DrivePodSet(t testing.TB, dyn dynamic.Interface, ns, name string) *PodSetDriver {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &PodSetDriver{dyn: dyn, ns: ns, name: name, stop: cancel, done: make(chan struct{})}
+	d := &PodSetDriver{dyn: dyn, ns: ns, name: name, done: make(chan struct{})}
 	go d.run(ctx)
 	t.Cleanup(func() { cancel(); <-d.done })
 	return d
@@ -195,8 +193,8 @@ func (d *PodSetDriver) WaitObserved(t testing.TB, gen int64) {
 	}
 }
 
-// kick makes the driver write again by touching nothing: the next watch
-// event or the resync below does it.
+// kick writes the status the driver's settings now call for at once, not
+// waiting for the next change of the PodSet.
 func (d *PodSetDriver) kick() {
 	_ = d.sync(context.Background())
 }
@@ -269,7 +267,6 @@ func (d *PodSetDriver) sync(ctx context.Context) error {
 	if _, err := r.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
 		return err // a conflict: the next event writes again
 	}
-	d.writes.Add(1)
 	d.observed.Store(u.GetGeneration())
 	return nil
 }
