@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/controller"
 	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/operator"
 	"github.com/image-refresh/image-refresh/internal/pass"
 )
 
@@ -264,11 +264,11 @@ type ctlOptions struct {
 // bench is one image-refresh controller built as internal/cli/run.go
 // builds it, with its API requests counted.
 type bench struct {
-	ctl    *controller.Controller
+	ctl    *operator.Controller
 	runner *pass.Runner
 	cfg    *config.Config
 	api    *apiCounter
-	mgr    *controller.Manager
+	mgr    *operator.Manager
 
 	// changed is when the poller last reported a change of each
 	// repository:tag (its OnChange, wrapped).
@@ -288,10 +288,10 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 		return nil, err
 	}
 	if o.workers == 0 {
-		o.workers = controller.DefaultWorkers
+		o.workers = operator.DefaultWorkers
 	}
 	if o.fightMaxRounds == 0 {
-		o.fightMaxRounds = controller.DefaultFightMaxRounds
+		o.fightMaxRounds = operator.DefaultFightMaxRounds
 	}
 	api := &apiCounter{byKey: map[string]int{}}
 	rc := rest.CopyConfig(w.cluster.Config)
@@ -307,9 +307,9 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := controller.NewManager(rc, r, controller.Options{
+	mgr, err := operator.NewManager(rc, r, operator.Options{
 		PollInterval: o.pollInterval, PollJitter: o.pollJitter, Workers: o.workers,
-		FightMaxRounds: o.fightMaxRounds, FightWindow: controller.DefaultFightWindow,
+		FightMaxRounds: o.fightMaxRounds, FightWindow: operator.DefaultFightWindow,
 		MetricsAddr: "0", HealthAddr: "0",
 	})
 	if err != nil {
@@ -317,7 +317,7 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	}
 	b := &bench{ctl: mgr.Controller, runner: r, cfg: cfg, api: api, mgr: mgr, changed: map[string]time.Time{}}
 	// The moment the poller reports a new answer: wrap the controller's
-	// OnChange (set by controller.New) before the poller runs.
+	// OnChange (set by operator.New) before the poller runs.
 	onChange := mgr.Controller.Poller.OnChange
 	mgr.Controller.Poller.OnChange = func(key string) {
 		now := time.Now()

@@ -26,7 +26,7 @@
 //     convergence, rollouts against their bound, ReplicaSets per workload,
 //     and that heap and goroutines stayed flat (soak.go).
 //
-// The controller is built in-process by controller.NewManager, the
+// The controller is built in-process by operator.NewManager, the
 // constructor internal/cli/run.go uses, with its rest.Config transport
 // wrapped to count API requests by verb and the poller's OnChange wrapped
 // to timestamp the polls that saw a change.

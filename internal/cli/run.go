@@ -15,8 +15,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/controller"
 	"github.com/image-refresh/image-refresh/internal/metrics"
+	"github.com/image-refresh/image-refresh/internal/operator"
 	"github.com/image-refresh/image-refresh/internal/webhook"
 )
 
@@ -73,16 +73,16 @@ flag value), see docs/notifications.md. SIGTERM stops it cleanly.`,
 	}
 	o.bind(cmd)
 	f := cmd.Flags()
-	f.DurationVar(&o.pollInterval, "poll-interval", controller.DefaultPollInterval, "how often each repository:tag is resolved in the registry (also the resync period of every group)")
-	f.Float64Var(&o.pollJitter, "poll-jitter", controller.DefaultPollJitter, "random spread of the poll interval, as a fraction of it (0..0.5)")
+	f.DurationVar(&o.pollInterval, "poll-interval", operator.DefaultPollInterval, "how often each repository:tag is resolved in the registry (also the resync period of every group)")
+	f.Float64Var(&o.pollJitter, "poll-jitter", operator.DefaultPollJitter, "random spread of the poll interval, as a fraction of it (0..0.5)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
 	f.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz; 0 disables them")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect one active replica through a Lease (run several replicas safely)")
 	f.StringVar(&o.leaderNS, "leader-election-namespace", "", "namespace of the Lease; default: the pod's namespace when in a cluster")
-	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", controller.DefaultLeaseDuration, "how long a replica waits before taking over from a leader that stopped renewing")
-	f.IntVar(&o.fightMaxRounds, "fight-max-repins", controller.DefaultFightMaxRounds, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (docs/run.md#no-fights-c5)")
-	f.DurationVar(&o.fightWindow, "fight-window", controller.DefaultFightWindow, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
-	f.IntVar(&o.workers, "workers", controller.DefaultWorkers, "groups reconciled in parallel")
+	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", operator.DefaultLeaseDuration, "how long a replica waits before taking over from a leader that stopped renewing")
+	f.IntVar(&o.fightMaxRounds, "fight-max-repins", operator.DefaultFightMaxRounds, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (docs/run.md#no-fights-c5)")
+	f.DurationVar(&o.fightWindow, "fight-window", operator.DefaultFightWindow, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
+	f.IntVar(&o.workers, "workers", operator.DefaultWorkers, "groups reconciled in parallel")
 	w := &o.webhook
 	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (docs/webhook.md) on this port, path "+webhook.Path+"; 0 disables it")
 	f.StringVar(&w.host, "webhook-host", "", "address the webhook listens on; default: every interface")
@@ -130,7 +130,7 @@ func (w *webhookFlags) validate() error {
 }
 
 // setup serves the webhook on mgr; ready reports whether the cache synced.
-func (w *webhookFlags) setup(mgr *controller.Manager, cfg *config.Config, kube kubernetes.Interface, m *metrics.Metrics, log *slog.Logger, ready func() bool) error {
+func (w *webhookFlags) setup(mgr *operator.Manager, cfg *config.Config, kube kubernetes.Interface, m *metrics.Metrics, log *slog.Logger, ready func() bool) error {
 	ns := w.namespace
 	if ns == "" {
 		ns = "default"
@@ -182,11 +182,11 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	var disc *controller.Discovery
+	var disc *operator.Discovery
 	if o.discover {
-		disc = &controller.Discovery{Namespaces: o.watchNamespaces}
+		disc = &operator.Discovery{Namespaces: o.watchNamespaces}
 	}
-	mgr, err := controller.NewManager(rc, r, controller.Options{
+	mgr, err := operator.NewManager(rc, r, operator.Options{
 		Discovery:    disc,
 		PollInterval: o.pollInterval, PollJitter: o.pollJitter, Workers: o.workers,
 		FightMaxRounds: o.fightMaxRounds, FightWindow: o.fightWindow,

@@ -53,7 +53,7 @@ type Runner struct {
 	ServiceAccounts bool
 	// ServiceAccountSource is where the ServiceAccounts' imagePullSecrets
 	// are read: the API for tick and status (NewRunner), the informer
-	// cache for `run` (controller.NewManager), so that its steady state
+	// cache for `run` (operator.NewManager), so that its steady state
 	// makes no API request for them (C6).
 	ServiceAccountSource registry.ServiceAccountSource
 	// State reads and writes the groups' state: the anchors' annotations

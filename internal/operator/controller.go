@@ -1,10 +1,10 @@
-// Package controller is `image-refresh run`: a controller-runtime manager
+// Package operator is `image-refresh run`: a controller-runtime manager
 // that watches the managed workloads and re-pins a revert within seconds
 // (C1), polls the registry once per repository:tag per interval (C2), acts
 // only as the elected leader (C3), serves probes and metrics (C4) and stops
 // fighting a writer that keeps rewriting a target (C5). Every decision goes
 // through the same engine as `tick` (internal/pass, internal/refresh).
-package controller
+package operator
 
 import (
 	"context"

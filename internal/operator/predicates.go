@@ -1,4 +1,4 @@
-package controller
+package operator
 
 import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
