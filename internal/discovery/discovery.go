@@ -1,4 +1,6 @@
-// Package discovery turns labelled workloads into groups (SPEC D1): a
+// Package discovery is the pure rules of label discovery: it turns labelled
+// workloads into groups (SPEC D1). `run`'s watcher of the label, which calls
+// it, is internal/operator/discoverer. A
 // Deployment, DaemonSet, StatefulSet or CronJob labelled P/enabled=true, or
 // any such workload in a namespace labelled so, is managed with no config
 // entry. Discover is pure: the front ends list the objects (from the API in

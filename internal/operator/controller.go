@@ -180,7 +180,7 @@ func Namespaces(cfg *config.Config) []string {
 // names (in the configured namespaces only, see the manager's cache
 // options), filtered to the named workloads, plus the poller's changes.
 // With discovery every kind is watched; discovery's own passes run beside
-// the controller (internal/discover) and tell it the groups
+// the controller (internal/operator/discoverer) and tell it the groups
 // (SetDiscovered).
 func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error {
 	preds := builder.WithPredicates(c.groupPredicates())
@@ -219,7 +219,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) error
 // failed is retried after 0.5 s, doubling up to the resync interval (at
 // most 5 minutes), and all groups together at no more than 10 passes a
 // second after failures.
-// Discovery's passes back off the same way (internal/discover).
+// Discovery's passes back off the same way (internal/operator/discoverer).
 func failureBackoff[T comparable](resync time.Duration) workqueue.TypedRateLimiter[T] {
 	ceiling := min(max(resync, time.Second), 5*time.Minute)
 	return workqueue.NewTypedMaxOfRateLimiter(

@@ -24,13 +24,13 @@ type Discovery struct {
 }
 
 // SetDiscovered replaces the groups discovered by label (D1), as
-// internal/discover's passes find them: new and changed groups are
+// internal/operator/discoverer's passes find them: new and changed groups are
 // reconciled, images no group uses any more are no longer polled (C2), and
 // the webhook is told every group (OnGroups). A group dropped leaves
 // /metrics (D2) once its pass in flight, if any, ended (lockPass): a pass
 // still running could write its gauges, or the state back after the
 // let-go; a later pass finds the group gone. It returns the discovered
-// groups it replaced and every group, sorted by name (discover.Groups).
+// groups it replaced and every group, sorted by name (discoverer.Groups).
 func (c *Controller) SetDiscovered(groups []config.Group) (old map[string]config.Group, all []config.Group) {
 	c.mu.Lock()
 	old = c.discovered
@@ -110,7 +110,7 @@ func (c *Controller) lockPass(group string) func() {
 }
 
 // watchNamespaceCache adds the controller's watches on the cache of a
-// labelled namespace (internal/discover starts it): the same handlers as
+// labelled namespace (internal/operator/discoverer starts it): the same handlers as
 // on the manager's cache.
 func (c *Controller) watchNamespaceCache(nc cache.Cache) error {
 	for _, k := range workload.Kinds() {

@@ -21,8 +21,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/image-refresh/image-refresh/internal/config"
-	"github.com/image-refresh/image-refresh/internal/discover"
 	"github.com/image-refresh/image-refresh/internal/discovery"
+	"github.com/image-refresh/image-refresh/internal/operator/discoverer"
 	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/registry"
@@ -229,15 +229,15 @@ func managerOptions(o Options, namespaces map[string]cache.Config, byObject map[
 
 // addDiscovery wires discovery into mgr (D1): its runnable, on every
 // replica, and the caches of the labelled namespaces beside it, started as
-// their label is seen (internal/discover); the controller is told the
+// their label is seen (internal/operator/discoverer); the controller is told the
 // groups (SetDiscovered) and watches the namespaces' caches once it leads.
 // It returns the reader of the workloads: the manager's cache, and the
 // labelled namespaces' caches.
 func addDiscovery(mgr ctrl.Manager, rc *rest.Config, c *Controller, namespaces map[string]cache.Config, d *Discovery) (client.Reader, error) {
-	nc := discover.NewCaches(rc, mgr, slices.Collect(maps.Keys(namespaces)), c.watchNamespaceCache)
+	nc := discoverer.NewCaches(rc, mgr, slices.Collect(maps.Keys(namespaces)), c.watchNamespaceCache)
 	c.discovery, c.api = d, mgr.GetAPIReader()
 	r := c.Runner
-	disc := discover.New(nc, c, discover.Options{
+	disc := discoverer.New(nc, c, discoverer.Options{
 		Prefix: r.Config.AnnotationPrefix, Configured: r.Config.Groups, Scope: d.Namespaces,
 		Workloads: r.Workloads, State: r.States(), Log: r.Log, Elected: mgr.Elected(),
 		// As the workqueue ran its passes when they were the controller's.
@@ -319,7 +319,7 @@ func watched(kinds []*workload.Kind, withPods bool) []client.Object {
 // the labelled ones (a label selector, so that the cache holds only
 // managed objects) next to the whole configured namespaces. Workloads of a
 // labelled namespace come from that namespace's own cache
-// (discover.Caches), started when its label is seen.
+// (discoverer.Caches), started when its label is seen.
 func addDiscoveryCache(byObject map[client.Object]cache.ByObject, configured map[string]cache.Config, prefix string, d *Discovery) {
 	sel := discovery.Keys{Prefix: prefix}.Selector()
 	byObject[&corev1.Namespace{}] = cache.ByObject{Label: sel}

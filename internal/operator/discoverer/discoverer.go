@@ -1,4 +1,4 @@
-// Package discover is discovery's runtime in `run` (D1): a runnable
+// Package discoverer is `run`'s watcher of the discovery label (D1): a runnable
 // of its own, on every replica, that lists the labelled workloads from the
 // informer caches, runs internal/discovery's pure Discover over them and
 // tells the group controller which groups there are; the caches of the
@@ -6,7 +6,7 @@
 // sees groups come and go (Groups). Only the leader writes: it marks the
 // anchors of discovered groups and lets go of the marked workloads no
 // longer labelled, with the same code as `tick` (discovery.Adoption).
-package discover
+package discoverer
 
 import (
 	"context"
