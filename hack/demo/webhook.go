@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
-	"github.com/image-refresh/image-refresh/internal/webhook"
+	"github.com/image-refresh/image-refresh/internal/pinwebhook"
 	"github.com/image-refresh/image-refresh/test/support/freeport"
 )
 
@@ -181,7 +181,7 @@ webhooks:
     timeoutSeconds: 3
     reinvocationPolicy: IfNeeded
     matchPolicy: Equivalent
-`, webhookName, port, webhook.Path, managedLabel, namespace)
+`, webhookName, port, pinwebhook.Path, managedLabel, namespace)
 }
 
 // deleteWebhookConfig removes the configuration; also on the way out of a

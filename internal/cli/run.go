@@ -17,7 +17,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/operator"
-	"github.com/image-refresh/image-refresh/internal/webhook"
+	"github.com/image-refresh/image-refresh/internal/pinwebhook"
 )
 
 // runOptions are the flags of `run`.
@@ -84,7 +84,7 @@ flag value), see docs/notifications.md. SIGTERM stops it cleanly.`,
 	f.DurationVar(&o.fightWindow, "fight-window", operator.DefaultFightWindow, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
 	f.IntVar(&o.workers, "workers", operator.DefaultWorkers, "groups reconciled in parallel")
 	w := &o.webhook
-	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (docs/webhook.md) on this port, path "+webhook.Path+"; 0 disables it")
+	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (docs/webhook.md) on this port, path "+pinwebhook.Path+"; 0 disables it")
 	f.StringVar(&w.host, "webhook-host", "", "address the webhook listens on; default: every interface")
 	f.BoolVar(&w.selfSigned, "webhook-self-signed", true, "generate and rotate the webhook's CA and certificate in the process and keep the CA in the caBundle of --webhook-config-name; false: serve tls.crt/tls.key from --webhook-cert-dir (e.g. cert-manager)")
 	f.StringVar(&w.certDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key, reloaded when they change (only with --webhook-self-signed=false)")
@@ -138,11 +138,11 @@ func (w *webhookFlags) setup(mgr *operator.Manager, cfg *config.Config, kube kub
 			ns = strings.TrimSpace(string(b))
 		}
 	}
-	h := webhook.NewHandler(cfg, webhook.CachedState(mgr.Reader(), mgr.Controller.Runner.States()), ready, m, log)
+	h := pinwebhook.NewHandler(cfg, pinwebhook.CachedState(mgr.Reader(), mgr.Controller.Runner.States()), ready, m, log)
 	h.SetClock(mgr.Controller.Runner.Now) // O1: a suspension ends on the engine's clock
 	// Discovered groups are pinned at admission too (D1, B1).
 	mgr.Controller.OnGroups = h.SetGroups
-	return webhook.Setup(mgr, webhook.Options{
+	return pinwebhook.Setup(mgr, pinwebhook.Options{
 		Host: w.host, Port: w.port, SelfSigned: w.selfSigned, CertDir: w.certDir,
 		ConfigName: w.configName, Service: w.service, Namespace: ns,
 	}, h, kube, log)

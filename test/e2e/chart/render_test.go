@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/image-refresh/image-refresh/internal/config"
+	"github.com/image-refresh/image-refresh/internal/pinwebhook"
 	"github.com/image-refresh/image-refresh/internal/statestore"
-	"github.com/image-refresh/image-refresh/internal/webhook"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -412,8 +412,8 @@ func checkWebhook(t *testing.T, m *manifest, pod corev1.PodSpec) {
 	if ref == nil || ref.Name != svc.Name || ref.Namespace != releaseNS || ref.Port == nil || *ref.Port != svc.Spec.Ports[0].Port {
 		t.Errorf("clientConfig.service %+v does not point at Service %s/%s", ref, releaseNS, svc.Name)
 	}
-	if ref != nil && (ref.Path == nil || *ref.Path != webhook.Path) {
-		t.Errorf("clientConfig.service.path %v, want the path the webhook serves, %s", ref.Path, webhook.Path)
+	if ref != nil && (ref.Path == nil || *ref.Path != pinwebhook.Path) {
+		t.Errorf("clientConfig.service.path %v, want the path the webhook serves, %s", ref.Path, pinwebhook.Path)
 	}
 	if len(w.ClientConfig.CABundle) != 0 {
 		t.Errorf("the chart sets a caBundle; the self-signed webhook keeps its own")

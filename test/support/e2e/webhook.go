@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/image-refresh/image-refresh/internal/webhook"
+	"github.com/image-refresh/image-refresh/internal/pinwebhook"
 	"github.com/image-refresh/image-refresh/test/support/freeport"
 	"github.com/image-refresh/image-refresh/test/support/testwait"
 )
@@ -43,7 +43,7 @@ func (e *Env) WhStartProbed(cfg, probe string, images map[string]string, extra .
 	e.T.Helper()
 	_, port, _ := net.SplitHostPort(freeport.MustAddr(e.T))
 	name := "image-refresh-" + e.NS
-	url := "https://127.0.0.1:" + port + webhook.Path
+	url := "https://127.0.0.1:" + port + pinwebhook.Path
 	none, ignore, ifNeeded := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Ignore, admissionregistrationv1.IfNeededReinvocationPolicy
 	timeout := int32(3)
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{

@@ -1,11 +1,11 @@
-// Package webhook is fix B's mutating admission webhook (SPEC B1), served by
+// Package pinwebhook is fix B's mutating admission webhook (SPEC B1), served by
 // `image-refresh run`: on CREATE and UPDATE of a managed target it rewrites
 // `repo:tag` (or `repo:tag@<another digest>`) to the pin of the group's
 // recorded digest, read from memory (the manager's informer cache of the
 // anchors), so that a re-render never stores the bare tag. It never calls
 // the registry and never blocks a deploy: any internal error allows the
 // request unchanged, and fix A (R7) heals whatever it missed (B3).
-package webhook
+package pinwebhook
 
 import (
 	"github.com/image-refresh/image-refresh/internal/config"

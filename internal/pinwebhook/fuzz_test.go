@@ -1,4 +1,4 @@
-package webhook
+package pinwebhook
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ var imagePath = regexp.MustCompile(`^/spec/template/spec/containers/(0|[1-9][0-9
 // Patch that only replaces images of containers the object has, with the
 // recorded digest. The seed corpus is in testdata/fuzz/FuzzAdmissionReview.
 //
-//	go test -run '^$' -fuzz '^FuzzAdmissionReview$' -fuzztime 20s ./internal/webhook/
+//	go test -run '^$' -fuzz '^FuzzAdmissionReview$' -fuzztime 20s ./internal/pinwebhook/
 func FuzzAdmissionReview(f *testing.F) {
 	cfg := testConfig()
 	api := &cfg.Groups[0].Images[0]

@@ -1,4 +1,4 @@
-package webhook
+package pinwebhook
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ const benchRate = 200
 // workload. The config points at a test registry that counts requests: B1
 // answers from memory, so the count must stay 0.
 //
-//	go test -run '^$' -bench BenchmarkAdmission -benchtime 2000x ./internal/webhook/
+//	go test -run '^$' -bench BenchmarkAdmission -benchtime 2000x ./internal/pinwebhook/
 func BenchmarkAdmission_B1(b *testing.B) {
 	reg := testregistry.Start(b)
 	digest := reg.MustPushRandomImage(b, "acme/api", "prod")
