@@ -60,7 +60,7 @@ Exit codes:
 			if err != nil {
 				return err
 			}
-			res := r.Tick(cmd.Context(), true)
+			res := r.AllGroups(cmd.Context(), true)
 			var rows []refresh.Row
 			for _, p := range res.Plans {
 				rows = append(rows, p.Rows...)

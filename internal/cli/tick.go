@@ -66,7 +66,7 @@ Exit codes:
 					discoveryErr = err
 				}
 			}
-			res := r.Tick(cmd.Context(), dryRun)
+			res := r.AllGroups(cmd.Context(), dryRun)
 			if dryRun {
 				printPlans(cmd.OutOrStdout(), res.Plans)
 			}

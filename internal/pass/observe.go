@@ -26,7 +26,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-// Runner holds what a tick needs; it keeps no state between ticks that a
+// Runner holds what a pass needs; it keeps no state between passes that a
 // decision depends on (the annotations are the state).
 type Runner struct {
 	Config     *config.Config
@@ -113,22 +113,23 @@ func ref(w config.Workload) workload.Ref {
 }
 
 // Latest answers "which digest does the registry serve for this image
-// now?" for Observe. A tick asks the registry once per repository:tag
-// (TickSource); the controller answers from its poller (C2).
+// now?" for Observe. A pass over every group (`tick`, `status`) asks the
+// registry once per repository:tag (PassSource); the controller answers
+// from its poller (C2).
 type Latest interface {
 	Latest(ctx context.Context, img config.Image, kc func() authn.Keychain) refresh.Resolution
 }
 
-// TickSource makes one registry HEAD per distinct repository:tag per tick,
-// however many groups and targets use it (C2).
-type TickSource struct {
+// PassSource makes one registry HEAD per distinct repository:tag per pass
+// over every group, however many groups and targets use it (C2).
+type PassSource struct {
 	Resolver *registry.Resolver
 	mu       sync.Mutex
 	m        map[string]refresh.Resolution
 }
 
-// Latest resolves img once per TickSource.
-func (s *TickSource) Latest(ctx context.Context, img config.Image, kc func() authn.Keychain) refresh.Resolution {
+// Latest resolves img once per PassSource.
+func (s *PassSource) Latest(ctx context.Context, img config.Image, kc func() authn.Keychain) refresh.Resolution {
 	key := img.Repository + ":" + img.Tag
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -66,7 +66,7 @@ func TestObserve_R3_AMirrorsProofIsAskedOncePerDigest(t *testing.T) {
 	pass := func(wantHas bool, wantAsks int) {
 		t.Helper()
 		reg.ResetRequests()
-		obs := r.Observe(context.Background(), g, &TickSource{Resolver: res}).Observation
+		obs := r.Observe(context.Background(), g, &PassSource{Resolver: res}).Observation
 		if got := obs.Latest["api"]; got.Err != nil || got.Digest != digest {
 			t.Fatalf("latest = %+v, want %s", got, digest)
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-// Result is what one tick over every group did.
+// Result is what one pass over every group did.
 type Result struct {
 	Plans []*refresh.Plan
 }
@@ -34,13 +34,13 @@ func (r Result) NeedsHuman() bool {
 	return false
 }
 
-// Tick runs one reconcile pass over every group, bounded by the config's
+// AllGroups runs one reconcile pass over every group, bounded by the config's
 // tick deadline (R14). With dryRun it decides and reports, and writes
 // nothing: no annotation, no image, no event.
-func (r *Runner) Tick(ctx context.Context, dryRun bool) Result {
+func (r *Runner) AllGroups(ctx context.Context, dryRun bool) Result {
 	ctx, cancel := context.WithTimeout(ctx, r.Config.EffectiveTickTimeout())
 	defer cancel()
-	latest := &TickSource{Resolver: r.Resolver}
+	latest := &PassSource{Resolver: r.Resolver}
 	var rolling map[string]bool
 	if dryRun && r.Config.MaxConcurrentRollouts > 0 {
 		// status shows what `run` would do: which groups wait for a
@@ -231,7 +231,8 @@ type Refresher interface {
 // election, C3) may have rolled a digest that this process's poller has not
 // seen yet: re-pinning to the older answer would roll the group back and
 // forth. One HEAD per such image, and only when a digest a target runs is
-// about to be replaced; a tick's answers are this tick's and never stale.
+// about to be replaced; a PassSource's answers are this pass's and never
+// stale.
 func (r *Runner) staleAnswer(ctx context.Context, g config.Group, latest Latest, snap Snapshot, plan *refresh.Plan) bool {
 	f, ok := latest.(Refresher)
 	if !ok || plan.Repin == nil {
