@@ -33,22 +33,19 @@ const (
 	tickSlack = 2 * time.Minute
 )
 
-// Kind is a workload kind image-refresh can pin: one of KindNames.
-type Kind = string
-
 // The workload kinds image-refresh can pin. They are named here, in the
 // pure package the engine reads, and nowhere else: internal/workload's
 // table has one entry for each, in this order (it refuses to start
 // otherwise), with the kind's API and accessors.
 const (
-	KindDeployment  Kind = "Deployment"
-	KindDaemonSet   Kind = "DaemonSet"
-	KindStatefulSet Kind = "StatefulSet"
-	KindCronJob     Kind = "CronJob"
+	KindDeployment  = "Deployment"
+	KindDaemonSet   = "DaemonSet"
+	KindStatefulSet = "StatefulSet"
+	KindCronJob     = "CronJob"
 )
 
 // kindNames is the order messages list the kinds in.
-var kindNames = []Kind{KindDeployment, KindDaemonSet, KindStatefulSet, KindCronJob}
+var kindNames = []string{KindDeployment, KindDaemonSet, KindStatefulSet, KindCronJob}
 
 // KindNames lists the kinds' names: "Deployment", ….
 func KindNames() []string { return slices.Clone(kindNames) }
@@ -111,7 +108,7 @@ func (c *Config) KindNames() []string {
 
 // Workload names one workload object.
 type Workload struct {
-	Kind      Kind   `yaml:"kind"`
+	Kind      string `yaml:"kind"` // one of KindNames, or a kind declared under kinds: (K2)
 	Namespace string `yaml:"namespace"`
 	Name      string `yaml:"name"`
 }
@@ -123,7 +120,7 @@ func (w Workload) String() string {
 
 // Target is one container of one workload that runs an image.
 type Target struct {
-	Kind      Kind   `yaml:"kind"`
+	Kind      string `yaml:"kind"` // one of KindNames, or a kind declared under kinds: (K2)
 	Namespace string `yaml:"namespace"`
 	Name      string `yaml:"name"`
 	// Container names the image reference of the pod template this target

@@ -105,7 +105,7 @@ func (d *decoder) group(path string, n *yaml.Node, g *Group) {
 		"onFailedRollout": d.str((*string)(&g.OnFailedRollout)),
 		"anchor": func(path string, n *yaml.Node) {
 			d.mapping(path, n, map[string]fieldFunc{
-				"kind":      d.str((*string)(&g.Anchor.Kind)),
+				"kind":      d.str(&g.Anchor.Kind),
 				"namespace": d.str(&g.Anchor.Namespace),
 				"name":      d.str(&g.Anchor.Name),
 			})
@@ -137,7 +137,7 @@ func (d *decoder) image(path string, n *yaml.Node, img *Image) {
 func (d *decoder) target(path string, n *yaml.Node, t *Target) {
 	var volume string
 	d.mapping(path, n, map[string]fieldFunc{
-		"kind":      d.str((*string)(&t.Kind)),
+		"kind":      d.str(&t.Kind),
 		"namespace": d.str(&t.Namespace),
 		"name":      d.str(&t.Name),
 		"container": d.str(&t.Container),

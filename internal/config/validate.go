@@ -115,7 +115,7 @@ func (v *validator) name(path, value, what string, check func(string) []string) 
 	return true
 }
 
-func (v *validator) kind(path string, k Kind) bool {
+func (v *validator) kind(path string, k string) bool {
 	if k == "" {
 		v.errorf(path, "missing")
 		return false
