@@ -26,28 +26,6 @@ import (
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-// Keys are the label and annotation keys discovery reads, under prefix P
-// (their names are state's table, ScopeOperator).
-type Keys struct{ Prefix string }
-
-func (k Keys) state() state.Keys { return state.Keys{Prefix: k.Prefix} }
-
-// Enabled is the label that opts a workload or a namespace in: "true".
-// On a workload of a labelled namespace, "false" opts it out again.
-func (k Keys) Enabled() string { return k.state().Enabled() }
-
-// Group is the label or annotation whose value joins workloads of one
-// namespace into one group.
-func (k Keys) Group() string { return k.state().DiscoveryGroup() }
-
-// IgnoreContainers is the annotation (or label) listing, comma-separated,
-// the containers discovery leaves alone.
-func (k Keys) IgnoreContainers() string { return k.state().IgnoreContainers() }
-
-// OnFailedRollout is the annotation (or label) on the anchor that sets the
-// group's onFailedRollout: hold or rollback (V2).
-func (k Keys) OnFailedRollout() string { return k.state().OnFailedRollout() }
-
 // Input is what Discover reads.
 type Input struct {
 	Prefix string
@@ -86,8 +64,9 @@ type Result struct {
 	Managed map[config.Workload]bool
 }
 
-// Managed reports whether obj is opted in, given whether its namespace is.
-func (k Keys) Managed(obj client.Object, namespaceLabelled bool) bool {
+// Managed reports whether obj is opted in by the label k.Enabled(), given
+// whether its namespace is.
+func Managed(k state.Keys, obj client.Object, namespaceLabelled bool) bool {
 	switch obj.GetLabels()[k.Enabled()] {
 	case "true":
 		return true
@@ -111,7 +90,7 @@ type discoveredContainer struct {
 
 // Discover returns the groups of the managed workloads in in (D1).
 func Discover(in Input) Result {
-	k := Keys{Prefix: in.Prefix}
+	k := state.Keys{Prefix: in.Prefix}
 	claimed := map[config.Workload]string{}
 	for _, g := range in.Configured {
 		for _, w := range g.Workloads() {
@@ -125,7 +104,7 @@ func Discover(in Input) Result {
 	seen := map[config.Workload]bool{}
 	for _, obj := range in.Workloads {
 		kind, ok := workload.KindOf(obj)
-		if !ok || !k.Managed(obj, in.Namespaces[obj.GetNamespace()]) {
+		if !ok || !Managed(k, obj, in.Namespaces[obj.GetNamespace()]) {
 			continue
 		}
 		w := config.Workload{Kind: kind.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}
@@ -143,14 +122,14 @@ func Discover(in Input) Result {
 		if len(c.containers) == 0 {
 			continue
 		}
-		name := value(obj, k.Group())
+		name := value(obj, k.DiscoveryGroup())
 		if name == "" {
 			standalone = append(standalone, c)
 			continue
 		}
 		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
 			res.Notes = append(res.Notes, Note{Workload: w, Msg: fmt.Sprintf("%s %q is not a valid group name (DNS-1123 label: %s); managed as its own group",
-				k.Group(), name, strings.Join(msgs, "; "))})
+				k.DiscoveryGroup(), name, strings.Join(msgs, "; "))})
 			standalone = append(standalone, c)
 			continue
 		}
@@ -184,7 +163,7 @@ func value(obj client.Object, key string) string {
 	return strings.TrimSpace(obj.GetLabels()[key])
 }
 
-func containersOf(k Keys, w config.Workload, obj client.Object) (candidate, []Note) {
+func containersOf(k state.Keys, w config.Workload, obj client.Object) (candidate, []Note) {
 	c := candidate{w: w}
 	var notes []Note
 	switch v := config.OnFailedRollout(value(obj, k.OnFailedRollout())); v {

@@ -176,7 +176,7 @@ func (a Adoption) listMetadata(ctx context.Context) ([]client.Object, error) {
 		}
 		for _, ns := range namespaces {
 			if err := a.API.List(ctx, list, client.InNamespace(ns)); err != nil {
-				return nil, fmt.Errorf("list the %s to find those no longer labelled %s=true: %w", kind.Resource, Keys{Prefix: a.Prefix}.Enabled(), err)
+				return nil, fmt.Errorf("list the %s to find those no longer labelled %s=true: %w", kind.Resource, state.Keys{Prefix: a.Prefix}.Enabled(), err)
 			}
 			for i := range list.Items {
 				it := list.Items[i]

@@ -14,12 +14,13 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
-// Selector selects the objects labelled P/enabled=true: the namespaces,
+// Selector selects the objects labelled k.Enabled()=true: the namespaces,
 // and the workloads outside a labelled namespace.
-func (k Keys) Selector() labels.Selector {
+func Selector(k state.Keys) labels.Selector {
 	req, err := labels.NewRequirement(k.Enabled(), selection.Equals, []string{"true"})
 	if err != nil {
 		// The prefix is validated as a DNS subdomain, so the key is valid.
@@ -35,9 +36,9 @@ func (k Keys) Selector() labels.Selector {
 // denial, the API down) names what could not be listed: discovery that
 // silently found nothing would be a silent failure (R15).
 func List(ctx context.Context, r client.Reader, prefix string, scope []string) (Input, error) {
-	k := Keys{Prefix: prefix}
+	k := state.Keys{Prefix: prefix}
 	in := Input{Prefix: prefix, Namespaces: map[string]bool{}}
-	sel := k.Selector()
+	sel := Selector(k)
 	if len(scope) == 0 {
 		var nss corev1.NamespaceList
 		if err := r.List(ctx, &nss, client.MatchingLabelsSelector{Selector: sel}); err != nil {

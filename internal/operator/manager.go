@@ -26,6 +26,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/poller"
 	"github.com/image-refresh/image-refresh/internal/registry"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -321,7 +322,7 @@ func watched(kinds []*workload.Kind, withPods bool) []client.Object {
 // labelled namespace come from that namespace's own cache
 // (discoverer.Caches), started when its label is seen.
 func addDiscoveryCache(byObject map[client.Object]cache.ByObject, configured map[string]cache.Config, prefix string, d *Discovery) {
-	sel := discovery.Keys{Prefix: prefix}.Selector()
+	sel := discovery.Selector(state.Keys{Prefix: prefix})
 	byObject[&corev1.Namespace{}] = cache.ByObject{Label: sel}
 	for _, k := range workload.Kinds() {
 		nss := map[string]cache.Config{}
