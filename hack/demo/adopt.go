@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
 // 6. D1: a workload no config names is adopted with `kubectl label` alone.
@@ -36,7 +36,7 @@ func (d *demo) stepAdopt() {
 	}
 	_, err := d.kube.AppsV1().Deployments(namespace).Create(d.ctx, dep, metav1.CreateOptions{})
 	d.must(err, "create Deployment adopted")
-	ref := workload.Ref{Kind: "Deployment", Namespace: namespace, Name: "adopted"}
+	ref := config.Workload{Kind: "Deployment", Namespace: namespace, Name: "adopted"}
 	_, err = d.wl.WaitSettled(d.ctx, ref, 60*time.Second)
 	d.must(err, "wait for Deployment adopted")
 	d.tick(0)
@@ -65,7 +65,7 @@ func (d *demo) stepAdopt() {
 	d.ok("adopted: %s (its own group %s/deployment/adopted; the tag is kept)", want, namespace)
 }
 
-func (d *demo) liveOf(ref workload.Ref, container string) string {
+func (d *demo) liveOf(ref config.Workload, container string) string {
 	obj, err := d.wl.Get(d.ctx, ref)
 	d.must(err, "read "+ref.String())
 	c, ok := obj.Container(container)

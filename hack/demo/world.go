@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -28,8 +29,8 @@ var keys = state.Keys{Prefix: prefix}
 
 type target struct{ kind, name, container, image string }
 
-func (t target) ref() workload.Ref {
-	return workload.Ref{Kind: t.kind, Namespace: namespace, Name: t.name}
+func (t target) ref() config.Workload {
+	return config.Workload{Kind: t.kind, Namespace: namespace, Name: t.name}
 }
 func (t target) String() string { return fmt.Sprintf("%s %s/%s", t.kind, t.name, t.container) }
 
@@ -42,7 +43,7 @@ var (
 		{"Deployment", "requests-proxy", "proxy", "jobs-manager"},
 		{"DaemonSet", "resource-monitor", "monitor", "resource-monitor"},
 	}
-	workloads     = []workload.Ref{api.ref(), targets[2].ref(), targets[3].ref()}
+	workloads     = []config.Workload{api.ref(), targets[2].ref(), targets[3].ref()}
 	monitorTarget = targets[3]
 )
 

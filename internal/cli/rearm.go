@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/image-refresh/image-refresh/internal/state"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 func newRearm(o *options) *cobra.Command {
@@ -47,7 +46,7 @@ locks out again. See docs/states/locked-out.md.`,
 			if err != nil {
 				return err
 			}
-			anchor := workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name}
+			anchor := g.Anchor
 			obj, err := r.Workloads.Get(cmd.Context(), anchor)
 			if err != nil {
 				return fmt.Errorf("rearm group %s: %w", group, err)

@@ -183,7 +183,7 @@ func (c *common) records(ctx context.Context, cfg *config.Config, groups []strin
 		if !ok {
 			continue
 		}
-		anchor := workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name}
+		anchor := g.Anchor
 		obj, err := wl.Get(ctx, anchor)
 		if err != nil {
 			if apierrors.IsNotFound(err) {

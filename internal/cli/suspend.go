@@ -37,10 +37,6 @@ func (c *common) suspendTarget(cmd *cobra.Command, group string) (*config.Config
 	return cfg, *g, r, nil
 }
 
-func anchorRef(g config.Group) workload.Ref {
-	return workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name}
-}
-
 // commandFor renders another command of this one's config.
 func (c *common) commandFor(verb, group string) string {
 	if c.configPath == "" {
@@ -149,7 +145,7 @@ anchor and from the copy of its state. ` + "`run`" + ` acts at once (the removal
 				return err
 			}
 			keys := state.Keys{Prefix: cfg.AnnotationPrefix}
-			obj, err := r.Workloads.Get(cmd.Context(), anchorRef(g))
+			obj, err := r.Workloads.Get(cmd.Context(), g.Anchor)
 			if err != nil {
 				return fmt.Errorf("resume group %s: %w", group, err)
 			}
@@ -177,12 +173,12 @@ anchor and from the copy of its state. ` + "`run`" + ` acts at once (the removal
 // its state (R25: a later `rollout undo` cannot take it off) as the
 // suspend field manager, records a Normal Event and prints msg.
 func (c *common) writeSuspension(ctx context.Context, r *pass.Runner, g config.Group, set map[string]*string, reason, msg string, cmd *cobra.Command) error {
-	obj, err := r.States().UpdateAs(ctx, anchorRef(g), workload.SuspendFieldManager, nil, set)
+	obj, err := r.States().UpdateAs(ctx, g.Anchor, workload.SuspendFieldManager, nil, set)
 	if err != nil {
 		return fmt.Errorf("%s group %s: %w", cmd.Name(), g.Name, err)
 	}
 	if err := r.Workloads.Event(ctx, obj, "Normal", reason, msg); err != nil {
-		newLogger(cmd.ErrOrStderr(), c.logFormat).Warn("could not record an event", "object", anchorRef(g).String(), "error", err)
+		newLogger(cmd.ErrOrStderr(), c.logFormat).Warn("could not record an event", "object", g.Anchor.String(), "error", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), msg)
 	return nil

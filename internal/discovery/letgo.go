@@ -61,7 +61,7 @@ func (a Adoption) Mark(ctx context.Context, in Input, res Result) {
 		if a.State != nil {
 			update = a.State.Update
 		}
-		if _, err := update(ctx, ref(g.Anchor), nil, map[string]*string{key: &name}); err != nil {
+		if _, err := update(ctx, g.Anchor, nil, map[string]*string{key: &name}); err != nil {
 			a.Log.Warn("discovery: could not mark the anchor of a discovered group; it is managed, but not let go by itself when its label goes",
 				"group", g.Name, "anchor", g.Anchor.String(), "annotation", key, "error", err)
 		}
@@ -121,7 +121,7 @@ func (a Adoption) LetGoUnlabelled(ctx context.Context, managed map[config.Worklo
 // an operator wrote (enabled, group, ignore-containers) stay.
 func (a Adoption) LetGo(ctx context.Context, w config.Workload) {
 	log := a.Log.With("workload", w.String())
-	obj, err := a.Workloads.Get(ctx, ref(w))
+	obj, err := a.Workloads.Get(ctx, w)
 	if apierrors.IsNotFound(err) {
 		log.Info("let go: the workload is gone")
 		return
@@ -147,7 +147,7 @@ func (a Adoption) LetGo(ctx context.Context, w config.Workload) {
 	if a.State != nil {
 		// Before the annotations: a copy left behind would bring the state
 		// back if the workload were managed again (R25).
-		if err := a.State.Delete(ctx, ref(w)); err != nil {
+		if err := a.State.Delete(ctx, w); err != nil {
 			log.Warn("let go: could not delete the copy of its state; delete it by hand, or it brings the state back if the workload is managed again", "error", err)
 		}
 	}
@@ -156,7 +156,7 @@ func (a Adoption) LetGo(ctx context.Context, w config.Workload) {
 		return
 	}
 	slices.Sort(removed)
-	if _, err := a.Workloads.UpdateAnnotations(ctx, ref(w), expect, set); err != nil {
+	if _, err := a.Workloads.UpdateAnnotations(ctx, w, expect, set); err != nil {
 		log.Warn("let go: could not remove the state annotations; remove them by hand", "annotations", strings.Join(removed, ","), "error", err)
 		return
 	}
@@ -197,8 +197,4 @@ func kindOfMeta(obj client.Object) (*workload.Kind, bool) {
 		return workload.LookupKind(m.Kind)
 	}
 	return nil, false
-}
-
-func ref(w config.Workload) workload.Ref {
-	return workload.Ref{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name}
 }

@@ -358,7 +358,7 @@ func (c *Controller) readRolling(ctx context.Context) {
 			anchors := map[config.Workload]*workload.Object{}
 			for _, obj := range in.Workloads {
 				w := config.Workload{Kind: kindOf(obj), Namespace: obj.GetNamespace(), Name: obj.GetName()}
-				anchors[w] = &workload.Object{Ref: workload.Ref{Kind: w.Kind, Namespace: w.Namespace, Name: w.Name}, UID: obj.GetUID(), Annotations: obj.GetAnnotations()}
+				anchors[w] = &workload.Object{Ref: w, UID: obj.GetUID(), Annotations: obj.GetAnnotations()}
 			}
 			for _, g := range discovery.Discover(in).Groups {
 				a, ok := anchors[g.Anchor]

@@ -20,7 +20,7 @@ import (
 // then record digests (R6). Every failure becomes a finding on the plan, so
 // the report, the events and the exit code say what happened.
 func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
-	anchor := ref(p.Anchor)
+	anchor := p.Anchor
 	if !r.writeBookkeeping(ctx, p, anchor) {
 		return
 	}
@@ -43,7 +43,7 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 
 // writeBookkeeping writes the plan's bookkeeping (R13); false when it
 // failed, and nothing else is written.
-func (r *Runner) writeBookkeeping(ctx context.Context, p *refresh.Plan, anchor workload.Ref) bool {
+func (r *Runner) writeBookkeeping(ctx context.Context, p *refresh.Plan, anchor config.Workload) bool {
 	if p.Bookkeeping.Empty() {
 		return true
 	}
@@ -60,7 +60,7 @@ func (r *Runner) writeBookkeeping(ctx context.Context, p *refresh.Plan, anchor w
 
 // clearSkipStreak clears the skip streak of a settled group (R4): failing
 // to is a WARN, not fatal.
-func (r *Runner) clearSkipStreak(ctx context.Context, p *refresh.Plan, anchor workload.Ref) {
+func (r *Runner) clearSkipStreak(ctx context.Context, p *refresh.Plan, anchor config.Workload) {
 	if p.ClearSkip.Empty() {
 		return
 	}
@@ -76,7 +76,7 @@ func (r *Runner) clearSkipStreak(ctx context.Context, p *refresh.Plan, anchor wo
 // writeCopy, which reimage runs beside the image patches: a revert's
 // re-pin then waits for the anchor's write alone, as before the copy
 // existed (issue 38). A tick writes the copy here, before any image.
-func (r *Runner) persistAttempt(ctx context.Context, p *refresh.Plan, anchor workload.Ref) (writeCopy func(), ok bool) {
+func (r *Runner) persistAttempt(ctx context.Context, p *refresh.Plan, anchor config.Workload) (writeCopy func(), ok bool) {
 	rp := p.Repin
 	writeCopy = func() {}
 	if rp.AttemptWrite.Empty() {
@@ -105,7 +105,7 @@ func (r *Runner) persistAttempt(ctx context.Context, p *refresh.Plan, anchor wor
 // them (C5), by the pass that sees the rollout settled in `run` (C6), or
 // after waiting for the rollouts in a tick. It reports whether the attempt
 // ended; if not, Execute releases it.
-func (r *Runner) reimage(ctx context.Context, p *refresh.Plan, snap Snapshot, anchor workload.Ref, writeCopy func()) (ended bool) {
+func (r *Runner) reimage(ctx context.Context, p *refresh.Plan, snap Snapshot, anchor config.Workload, writeCopy func()) (ended bool) {
 	rp := p.Repin
 	copied := make(chan struct{})
 	go func() {
@@ -182,9 +182,9 @@ func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan, rollsBack boo
 			err     error
 		)
 		if rollsBack && !rp.Rollback {
-			st, failing, err = r.Workloads.WaitRollout(ctx, ref(w), r.Config.RolloutTimeout)
+			st, failing, err = r.Workloads.WaitRollout(ctx, w, r.Config.RolloutTimeout)
 		} else {
-			st, err = r.Workloads.WaitSettled(ctx, ref(w), r.Config.RolloutTimeout)
+			st, err = r.Workloads.WaitSettled(ctx, w, r.Config.RolloutTimeout)
 		}
 		if err != nil || !st.Settled {
 			why := st.Reason
@@ -214,7 +214,7 @@ func (r *Runner) waitSettled(ctx context.Context, p *refresh.Plan, rollsBack boo
 // clearAttempt clears the attempt of a settled rollout in its own write.
 // ok is false when it was not cleared: ended tells whether the attempt is
 // another process's now (C3) rather than still this one's.
-func (r *Runner) clearAttempt(ctx context.Context, p *refresh.Plan, anchor workload.Ref) (ended, ok bool) {
+func (r *Runner) clearAttempt(ctx context.Context, p *refresh.Plan, anchor config.Workload) (ended, ok bool) {
 	rp := p.Repin
 	if _, err := r.States().Update(ctx, anchor, rp.ClearWrite.Expect, rp.ClearWrite.Set); err != nil {
 		if errors.Is(err, workload.ErrChanged) {
@@ -233,7 +233,7 @@ func (r *Runner) clearAttempt(ctx context.Context, p *refresh.Plan, anchor workl
 
 // recordDigests records the rolled-out digests once the attempt is cleared
 // (R6), and reports the targets pinned.
-func (r *Runner) recordDigests(ctx context.Context, p *refresh.Plan, anchor workload.Ref) {
+func (r *Runner) recordDigests(ctx context.Context, p *refresh.Plan, anchor config.Workload) {
 	rp := p.Repin
 	if !rp.RecordWrite.Empty() {
 		if _, err := r.States().Update(ctx, anchor, rp.RecordWrite.Expect, rp.RecordWrite.Set); err != nil {
@@ -385,7 +385,7 @@ func (r *Runner) lostRace(p *refresh.Plan, err error, what string) {
 // its own, as the pass's may be past its deadline; the workload client
 // bounds each of its API calls by apiTimeout (R14). A failed release only
 // delays another process's retry until the holder expires.
-func (r *Runner) release(ctx context.Context, p *refresh.Plan, anchor workload.Ref) {
+func (r *Runner) release(ctx context.Context, p *refresh.Plan, anchor config.Workload) {
 	rw := p.Repin.ReleaseWrite
 	if rw.Empty() {
 		return

@@ -108,10 +108,6 @@ func (r *Runner) States() *statestore.Store {
 	return r.State
 }
 
-func ref(w config.Workload) workload.Ref {
-	return workload.Ref{Kind: string(w.Kind), Namespace: w.Namespace, Name: w.Name}
-}
-
 // Latest answers "which digest does the registry serve for this image
 // now?" for Observe. A pass over every group (`tick`, `status`) asks the
 // registry once per repository:tag (PassSource); the controller answers
@@ -156,7 +152,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 	}
 	objs := map[config.Workload]*workload.Object{}
 	for _, w := range g.Workloads() {
-		obj, err := r.Workloads.GetObserved(ctx, ref(w))
+		obj, err := r.Workloads.GetObserved(ctx, w)
 		if err != nil {
 			obs.Workloads[w] = refresh.Workload{Err: err}
 			continue
@@ -466,7 +462,7 @@ func (r *Runner) KeychainFor(ctx context.Context, img config.Image) authn.Keycha
 		if _, ok := objs[t.Workload()]; ok {
 			continue
 		}
-		if obj, err := r.Workloads.Cached(ctx, ref(t.Workload())); err == nil {
+		if obj, err := r.Workloads.Cached(ctx, t.Workload()); err == nil {
 			objs[t.Workload()] = obj
 		}
 	}

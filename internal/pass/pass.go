@@ -70,7 +70,7 @@ func (r *Runner) AllGroups(ctx context.Context, dryRun bool) Result {
 func (r *Runner) RollingGroups(ctx context.Context) map[string]bool {
 	rolling := map[string]bool{}
 	for _, g := range r.Config.Groups {
-		obj, err := r.Workloads.Get(ctx, workload.Ref{Kind: string(g.Anchor.Kind), Namespace: g.Anchor.Namespace, Name: g.Anchor.Name})
+		obj, err := r.Workloads.Get(ctx, g.Anchor)
 		if err != nil {
 			continue
 		}
@@ -185,7 +185,7 @@ func (r *Runner) restore(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 	if !snap.State.Rewound {
 		return
 	}
-	if _, err := r.States().Update(ctx, ref(p.Anchor), nil, nil); err != nil {
+	if _, err := r.States().Update(ctx, p.Anchor, nil, nil); err != nil {
 		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityWarn,
 			Message: fmt.Sprintf("could not write the state back to %s after a rollback rewound it: %v; the next pass decides on the copy and tries again", p.Anchor, err)})
 	}

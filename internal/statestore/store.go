@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
@@ -60,7 +61,7 @@ const maxName = 253
 // longer than an object name may be, "image-refresh-state-" and 40 hex
 // digits of its SHA-256. One anchor holds one group's state (R10), so one
 // copy per anchor.
-func Name(anchor workload.Ref) string {
+func Name(anchor config.Workload) string {
 	n := namePrefix + strings.ToLower(anchor.Kind) + "-" + anchor.Name
 	if len(n) <= maxName {
 		return n
@@ -188,7 +189,7 @@ func (s *Store) get(ctx context.Context, namespace, name string) (*corev1.Config
 // nothing is lost unless a rollback comes before the next write, which
 // writes the copy again. Update with no expect and no set restores a
 // rewound anchor.
-func (s *Store) Update(ctx context.Context, ref workload.Ref, expect, set map[string]*string) (*workload.Object, error) {
+func (s *Store) Update(ctx context.Context, ref config.Workload, expect, set map[string]*string) (*workload.Object, error) {
 	return s.UpdateAs(ctx, ref, workload.FieldManager, expect, set)
 }
 
@@ -197,7 +198,7 @@ func (s *Store) Update(ctx context.Context, ref workload.Ref, expect, set map[st
 // the store, so that it lands on the current state (also on an anchor a
 // rollback just rewound) and in the copy, which a later rollback cannot
 // reach (R25).
-func (s *Store) UpdateAs(ctx context.Context, ref workload.Ref, manager string, expect, set map[string]*string) (*workload.Object, error) {
+func (s *Store) UpdateAs(ctx context.Context, ref config.Workload, manager string, expect, set map[string]*string) (*workload.Object, error) {
 	out, writeCopy, err := s.update(ctx, ref, manager, expect, set)
 	writeCopy()
 	return out, err
@@ -212,13 +213,13 @@ func (s *Store) UpdateAs(ctx context.Context, ref workload.Ref, manager string, 
 // writeCopy return before its next write of the group's state; until then
 // the anchor alone holds the newest generation, as after a copy that
 // could not be written. writeCopy is never nil.
-func (s *Store) UpdateThenCopy(ctx context.Context, ref workload.Ref, expect, set map[string]*string) (out *workload.Object, writeCopy func(), err error) {
+func (s *Store) UpdateThenCopy(ctx context.Context, ref config.Workload, expect, set map[string]*string) (out *workload.Object, writeCopy func(), err error) {
 	return s.update(ctx, ref, workload.FieldManager, expect, set)
 }
 
 // update writes the anchor and returns the write of the copy that follows
 // it (a no-op when nothing was written).
-func (s *Store) update(ctx context.Context, ref workload.Ref, manager string, expect, set map[string]*string) (*workload.Object, func(), error) {
+func (s *Store) update(ctx context.Context, ref config.Workload, manager string, expect, set map[string]*string) (*workload.Object, func(), error) {
 	keys := s.keys()
 	var (
 		cm   *corev1.ConfigMap // the copy as read for the write that landed
@@ -443,7 +444,7 @@ func merge(have, add map[string]string) map[string]string {
 // (D1) with its state annotations: a copy left behind would bring that
 // state back if the workload were managed again. A copy already gone is
 // not an error.
-func (s *Store) Delete(ctx context.Context, anchor workload.Ref) error {
+func (s *Store) Delete(ctx context.Context, anchor config.Workload) error {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	s.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/statestore"
 	"github.com/image-refresh/image-refresh/internal/workload"
@@ -105,7 +106,7 @@ func (c *copies) hold(t *testing.T, ns, name string) {
 	c.mu.Unlock()
 }
 
-func setup(t *testing.T) (*statestore.Store, *requests, *copies, workload.Ref) {
+func setup(t *testing.T) (*statestore.Store, *requests, *copies, config.Workload) {
 	t.Helper()
 	c := testenv.Cluster(t)
 	ns := testenv.Namespace(t, c.Client)
@@ -120,12 +121,12 @@ func setup(t *testing.T) (*statestore.Store, *requests, *copies, workload.Ref) {
 	cache := &copies{kube: c.Client}
 	s := &statestore.Store{Prefix: prefix, Kube: kube, Workloads: workload.New(kube, 10*time.Second)}
 	s.SetCache(cache)
-	return s, counted, cache, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	return s, counted, cache, config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 }
 
 func ptr(s string) *string { return &s }
 
-func update(t *testing.T, s *statestore.Store, ref workload.Ref, set map[string]*string) *workload.Object {
+func update(t *testing.T, s *statestore.Store, ref config.Workload, set map[string]*string) *workload.Object {
 	t.Helper()
 	out, err := s.Update(context.Background(), ref, nil, set)
 	if err != nil {
@@ -209,7 +210,7 @@ func TestUpdate_R25_ARewoundAnchorIsWrittenOnTheCopyReadFromTheAPI(t *testing.T)
 	assertCopy(t, s, ref, rec, "sha256:new")
 }
 
-func patchJSON(t *testing.T, kube kubernetes.Interface, ref workload.Ref, patch map[string]any) {
+func patchJSON(t *testing.T, kube kubernetes.Interface, ref config.Workload, patch map[string]any) {
 	t.Helper()
 	data, err := json.Marshal(patch)
 	if err != nil {
@@ -220,7 +221,7 @@ func patchJSON(t *testing.T, kube kubernetes.Interface, ref workload.Ref, patch 
 	}
 }
 
-func assertCopy(t *testing.T, s *statestore.Store, ref workload.Ref, key, want string) {
+func assertCopy(t *testing.T, s *statestore.Store, ref config.Workload, key, want string) {
 	t.Helper()
 	cm, err := s.Kube.CoreV1().ConfigMaps(ref.Namespace).Get(context.Background(), statestore.Name(ref), metav1.GetOptions{})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
 // conflictRetries bounds the re-read-and-retry loop on 409 Conflict.
@@ -33,7 +35,7 @@ const conflictRetries = 5
 // the anchor reads not settled (observedGeneration behind) until the
 // controller catches up, usually within milliseconds. No rollout starts,
 // and GetObserved of this Client knows the bump for its own.
-func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map[string]*string) (*Object, error) {
+func (c *Client) UpdateAnnotations(ctx context.Context, ref config.Workload, expect, set map[string]*string) (*Object, error) {
 	return c.UpdateAnnotationsWith(ctx, ref, func(obj *Object) (map[string]*string, error) {
 		if err := CheckExpected(obj.Annotations, expect); err != nil {
 			return nil, err
@@ -48,7 +50,7 @@ func (c *Client) UpdateAnnotations(ctx context.Context, ref Ref, expect, set map
 // returns the annotations to set (nil deletes a key), or an error, and
 // nothing is written. internal/statestore decides on the state chosen
 // between the anchor and its copy (R25).
-func (c *Client) UpdateAnnotationsWith(ctx context.Context, ref Ref, decide func(*Object) (map[string]*string, error)) (*Object, error) {
+func (c *Client) UpdateAnnotationsWith(ctx context.Context, ref config.Workload, decide func(*Object) (map[string]*string, error)) (*Object, error) {
 	return c.UpdateAnnotationsAs(ctx, ref, FieldManager, decide)
 }
 
@@ -56,8 +58,8 @@ func (c *Client) UpdateAnnotationsWith(ctx context.Context, ref Ref, decide func
 // manager: the suspend and resume commands write the operator's
 // suspension (O1) under their own (SuspendFieldManager), which status
 // names.
-func (c *Client) UpdateAnnotationsAs(ctx context.Context, ref Ref, manager string, decide func(*Object) (map[string]*string, error)) (*Object, error) {
-	if err := ref.validate(); err != nil {
+func (c *Client) UpdateAnnotationsAs(ctx context.Context, ref config.Workload, manager string, decide func(*Object) (map[string]*string, error)) (*Object, error) {
+	if err := validate(ref); err != nil {
 		return nil, err
 	}
 	obj, err := c.read(ctx, ref)

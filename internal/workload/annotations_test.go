@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
@@ -31,7 +32,7 @@ func TestUpdateAnnotations_SetsAndDeletesOnEachKind(t *testing.T) {
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithAnnotations(anchorAnnotations))
 	testenv.DaemonSet(t, c.Client, ns, "agent", testenv.WithAnnotations(anchorAnnotations))
 	testenv.StatefulSet(t, c.Client, ns, "db", testenv.WithAnnotations(anchorAnnotations))
-	for _, ref := range []workload.Ref{
+	for _, ref := range []config.Workload{
 		{Kind: "Deployment", Namespace: ns, Name: "api"},
 		{Kind: "DaemonSet", Namespace: ns, Name: "agent"},
 		{Kind: "StatefulSet", Namespace: ns, Name: "db"},
@@ -90,7 +91,7 @@ func TestUpdateAnnotations_WritesNothingWhenExpectDiffersOrNothingToSet(t *testi
 		t.Run(tc.name, func(t *testing.T) {
 			name := fmt.Sprintf("anchor-%d", i)
 			testenv.Deployment(t, c.Client, ns, name, testenv.WithAnnotations(anchorAnnotations))
-			ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: name}
+			ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: name}
 			settle(t, c, ref) // the controllers' own writes are done
 			before := mustGet(t, wc, ref)
 			_, err := wc.UpdateAnnotations(context.Background(), ref, tc.expect, tc.set)
@@ -112,7 +113,7 @@ func TestUpdateAnnotations_C3_OneOfTwoWritersFromTheSameReadWins(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithAnnotations(anchorAnnotations))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	ctx := context.Background()
 	ways := map[string]func(obj *workload.Object, expect, set map[string]*string) error{
 		"UpdateAnnotations": func(_ *workload.Object, expect, set map[string]*string) error {
@@ -163,7 +164,7 @@ func TestUpdateAnnotations_RetriesAConflictFromAnUnrelatedWrite(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithAnnotations(anchorAnnotations))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	stale := mustGet(t, wc, ref)
 	other := []byte(`{"metadata":{"annotations":{"example.com/owner":"team-a"}}}`)
 	if _, err := c.Client.AppsV1().Deployments(ns).Patch(context.Background(), "api", types.MergePatchType, other, metav1.PatchOptions{}); err != nil {
@@ -189,7 +190,7 @@ func TestGetObserved_R4_AReadRightAfterAnAnnotationWriteIsSettled(t *testing.T) 
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithReplicas(1))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	ctx := context.Background()
 	if st, err := wc.WaitSettled(ctx, ref, 30*time.Second); err != nil || !st.Settled {
 		t.Fatalf("setup: %v %+v", err, st)

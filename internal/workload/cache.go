@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
 // ownWriteFresh bounds how long a read after this client's own write
@@ -35,8 +37,8 @@ func (c *Client) SetCache(r client.Reader) { c.cache = r }
 // Right after this client's own write to it, while the cache does not show
 // that write (or a later version) yet, it reads directly, so that a pass
 // never decides on the object from before its own write.
-func (c *Client) Cached(ctx context.Context, ref Ref) (*Object, error) {
-	if err := ref.validate(); err != nil {
+func (c *Client) Cached(ctx context.Context, ref config.Workload) (*Object, error) {
+	if err := validate(ref); err != nil {
 		return nil, err
 	}
 	if c.cache == nil {
@@ -77,7 +79,7 @@ func atLeast(cached, written string) bool {
 // with the cache), so the copy of the whole workload, managed fields and
 // status included, would be garbage at once — a fifth of a resync's CPU at
 // 10,000 workloads (C6).
-func (c *Client) readCache(ctx context.Context, ref Ref) (*Object, error) {
+func (c *Client) readCache(ctx context.Context, ref config.Workload) (*Object, error) {
 	k, _ := LookupKind(ref.Kind)
 	obj := k.New()
 	if err := c.cache.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj, client.UnsafeDisableDeepCopy); err != nil {
@@ -94,7 +96,7 @@ func (c *Client) wrote(out *Object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.written == nil {
-		c.written = map[Ref]ownWrite{}
+		c.written = map[config.Workload]ownWrite{}
 	}
 	c.written[out.Ref] = ownWrite{resourceVersion: out.ResourceVersion, at: time.Now()}
 }
@@ -110,7 +112,7 @@ func (c *Client) bumped(before, after *Object) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bumps == nil {
-		c.bumps = map[Ref][]int64{}
+		c.bumps = map[config.Workload][]int64{}
 	}
 	gens := c.bumps[after.Ref]
 	for g := before.Generation + 1; g <= after.Generation; g++ {

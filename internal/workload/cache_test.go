@@ -18,6 +18,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 	"github.com/image-refresh/image-refresh/test/support/testwait"
@@ -28,7 +29,7 @@ import (
 // a generation another writer moved stays unobserved.
 func TestExcuseOwnBumps_R4_OnlyGenerationsOwnAnnotationWritesCausedAreExcused(t *testing.T) {
 	wc := workload.New(nil, 0)
-	ref := workload.Ref{Kind: workload.KindDeployment, Namespace: "ns", Name: "api"}
+	ref := config.Workload{Kind: workload.KindDeployment, Namespace: "ns", Name: "api"}
 	d := func(gen, observed int64, updated int32) *workload.Object {
 		one := int32(1)
 		dep := &appsv1.Deployment{}
@@ -70,7 +71,7 @@ func TestGetObserved_R4_FromTheCacheAnOwnAnnotationWriteIsSettledAtOnce(t *testi
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithReplicas(1))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf := deploymentCache(ctx, t, c.Config, ns)
@@ -123,7 +124,7 @@ func TestCached_C6_AfterTheWatchDeliveredAnOwnWriteTheCacheIsTrusted(t *testing.
 	t.Parallel()
 	c, _, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithReplicas(0))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	cfg := rest.CopyConfig(c.Config)
 	gets := &countGets{path: "/namespaces/" + ns + "/deployments/api"}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { gets.rt = rt; return gets })
@@ -197,7 +198,7 @@ func TestCached_C6_AnObjectReadFromTheCacheSharesNothingWithIt(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithReplicas(0), testenv.WithAnnotations(map[string]string{recordKey: "sha256:1"}))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf := deploymentCache(ctx, t, c.Config, ns)

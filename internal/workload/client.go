@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
 // FieldManager is the field manager of every write (R17). In
@@ -37,8 +39,8 @@ var (
 	// image: a mutating admission webhook rewrote it (C5).
 	ErrRewritten = errors.New("the image was rewritten on admission")
 
-	// ErrUnsupportedKind means a Ref names a kind that is not in the kind
-	// table (kinds.go): a configuration error (R19).
+	// ErrUnsupportedKind means a config.Workload names a kind that is not
+	// in the kind table (kinds.go): a configuration error (R19).
 	ErrUnsupportedKind = errors.New("unsupported workload kind")
 
 	// ErrContainerNotFound means a workload has no container of the given
@@ -60,8 +62,8 @@ type Client struct {
 	cache      client.Reader // SetCache; nil: every read is a GET
 
 	mu      sync.Mutex
-	written map[Ref]ownWrite // the last object each write stored (Cached)
-	bumps   map[Ref][]int64  // generations own annotation writes caused
+	written map[config.Workload]ownWrite // the last object each write stored (Cached)
+	bumps   map[config.Workload][]int64  // generations own annotation writes caused
 }
 
 // New returns a Client whose every API call is bounded by apiTimeout (R14);

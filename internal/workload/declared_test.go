@@ -120,7 +120,7 @@ func TestDeclaredKind_K2_R9_R16_R4_ReadPinnedInOneWriteAndSettledByItsStatus(t *
 	testenv.CreatePodSet(t, dyn, ns, "shop", testenv.WithContainer("app", appTag), testenv.WithInitContainer("migrate", appTag), testenv.WithSidecar("shipper", proxyTag))
 	driver := testenv.DrivePodSet(t, dyn, ns, "shop")
 	driver.WaitObserved(t, 1)
-	ref := workload.Ref{Kind: "PodSet", Namespace: ns, Name: "shop"}
+	ref := config.Workload{Kind: "PodSet", Namespace: ns, Name: "shop"}
 
 	obj := mustGet(t, wc, ref)
 	var got []string

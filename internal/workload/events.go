@@ -147,7 +147,7 @@ func eventRef(obj *Object, eventType, reason string) (*corev1.ObjectReference, e
 		return nil, errors.New("record event: no object")
 	}
 	ref := obj.Ref
-	if err := ref.validate(); err != nil {
+	if err := validate(ref); err != nil {
 		return nil, err
 	}
 	if eventType != corev1.EventTypeNormal && eventType != corev1.EventTypeWarning {

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/image-refresh/image-refresh/internal/workload"
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
@@ -20,7 +20,7 @@ func TestEvent_R15_RecordsOnTheWorkloadAndCountsRepeats(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	wc.Now = func() time.Time { return now }
 	testenv.Deployment(t, c.Client, ns, "api")
-	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
+	obj := mustGet(t, wc, config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"})
 	ctx := context.Background()
 	const reason, message = "RefreshLockedOut", "3 refresh attempts did not settle; run `image-refresh rearm` to re-arm"
 	list := func() []corev1.Event {

@@ -43,7 +43,7 @@ func (c *Client) SetImages(ctx context.Context, obj *Object, changes []ImageChan
 		return false, errors.New("set images: no object")
 	}
 	ref := obj.Ref
-	if err := ref.validate(); err != nil {
+	if err := validate(ref); err != nil {
 		return false, err
 	}
 	ops, err := imagePatch(obj, changes)

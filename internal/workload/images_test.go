@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 	"github.com/image-refresh/image-refresh/test/support/testwait"
@@ -59,7 +60,7 @@ func TestImageManager_R17_FollowsTheLastWriterOfEachImage(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag), testenv.WithContainer("proxy", proxyTag))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	manager := func(obj *workload.Object, name string) string {
 		ctr, _ := obj.Container(name)
 		return ctr.ImageManager
@@ -95,7 +96,7 @@ func TestSetImages_R9_R16_OnePatchForTwoContainers(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag), testenv.WithContainer("proxy", proxyTag))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	settle(t, c, ref)
 	before := getDeployment(t, c.Client, ns, "api")
 
@@ -151,7 +152,7 @@ func TestSetImages_R9_NoWriteWhenAlreadyOnWantedImage(t *testing.T) {
 	c, wc, ns := setup(t)
 	pinned := "registry.test/acme/app@" + digestA
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", pinned), testenv.WithContainer("proxy", proxyTag))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	settle(t, c, ref)
 	obj := mustGet(t, wc, ref)
 
@@ -174,7 +175,7 @@ func TestSetImages_R19_MissingContainerIsAConfigurationError(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
-	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
+	obj := mustGet(t, wc, config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"})
 	_, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "worker", From: appTag, To: "registry.test/acme/app@" + digestA}})
 	if !errors.Is(err, workload.ErrContainerNotFound) {
 		t.Errorf("error %v, want ErrContainerNotFound", err)
@@ -209,7 +210,7 @@ func TestSetImages_ErrChangedWhenTheWorkloadChangedAfterTheRead(t *testing.T) {
 			t.Parallel()
 			c, wc, ns := setup(t)
 			testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
-			ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+			ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 			obj := mustGet(t, wc, ref)
 			tc.change(t, c.Client, ns)
 
@@ -232,7 +233,7 @@ func TestSetImages_APolicyDenialIsNotReportedAsARace(t *testing.T) {
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
 	denyDigests(t, c.Client, ns, "api")
-	obj := mustGet(t, wc, workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"})
+	obj := mustGet(t, wc, config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"})
 	_, err := wc.SetImages(context.Background(), obj, []workload.ImageChange{{Container: "app", From: appTag, To: "registry.test/acme/app@" + digestA}})
 	if err == nil || errors.Is(err, workload.ErrChanged) || !apierrors.IsInvalid(err) {
 		t.Errorf("error %v: want the policy's Invalid error, not ErrChanged", err)
@@ -306,7 +307,7 @@ func TestSetImages_R4_R9_R16_CronJobIsPatchedUnderItsJobTemplateAndSettledOnceSt
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.CronJob(t, c.Client, ns, "nightly", testenv.WithContainer("app", appTag), testenv.WithContainer("proxy", proxyTag))
-	ref := workload.Ref{Kind: workload.KindCronJob, Namespace: ns, Name: "nightly"}
+	ref := config.Workload{Kind: workload.KindCronJob, Namespace: ns, Name: "nightly"}
 	before, err := c.Client.BatchV1().CronJobs(ns).Get(context.Background(), "nightly", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

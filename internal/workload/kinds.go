@@ -275,7 +275,7 @@ func metaOf(obj client.Object) *metav1.ObjectMeta {
 // read and patch are the only API calls on workloads: everything else
 // works on Object. Callers have validated ref.
 
-func (c *Client) read(ctx context.Context, ref Ref) (*Object, error) {
+func (c *Client) read(ctx context.Context, ref config.Workload) (*Object, error) {
 	k, _ := LookupKind(ref.Kind)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
@@ -287,11 +287,11 @@ func (c *Client) read(ctx context.Context, ref Ref) (*Object, error) {
 }
 
 // patch writes with FieldManager (R17) and returns the object as written.
-func (c *Client) patch(ctx context.Context, ref Ref, pt types.PatchType, data []byte) (*Object, error) {
+func (c *Client) patch(ctx context.Context, ref config.Workload, pt types.PatchType, data []byte) (*Object, error) {
 	return c.patchAs(ctx, ref, pt, data, FieldManager)
 }
 
-func (c *Client) patchAs(ctx context.Context, ref Ref, pt types.PatchType, data []byte, manager string) (*Object, error) {
+func (c *Client) patchAs(ctx context.Context, ref config.Workload, pt types.PatchType, data []byte, manager string) (*Object, error) {
 	k, _ := LookupKind(ref.Kind)
 	callCtx, cancel := c.bounded(ctx)
 	defer cancel()

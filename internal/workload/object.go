@@ -8,12 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
 // Object is a snapshot of one workload as read. SetImages and the
 // annotation compare-and-swap are checked against it.
 type Object struct {
-	Ref             Ref
+	Ref             config.Workload
 	UID             types.UID
 	ResourceVersion string
 	Generation      int64
@@ -75,8 +77,8 @@ func (o *Object) containerIndex(name string) int {
 // Get reads a workload. Errors name the ref and wrap the API error, so
 // apierrors.IsNotFound and IsForbidden still work on them (R4: the caller
 // must tell a missing workload or an RBAC denial from a transient).
-func (c *Client) Get(ctx context.Context, ref Ref) (*Object, error) {
-	if err := ref.validate(); err != nil {
+func (c *Client) Get(ctx context.Context, ref config.Workload) (*Object, error) {
+	if err := validate(ref); err != nil {
 		return nil, err
 	}
 	obj, err := c.read(ctx, ref)
@@ -99,7 +101,7 @@ const observeWithin = 2 * time.Second
 // the controller has not observed another writer's generation, it reads
 // again for up to 2 s; with a cache it does not wait, as the controller's
 // status update arrives as a watch event and starts the next pass.
-func (c *Client) GetObserved(ctx context.Context, ref Ref) (*Object, error) {
+func (c *Client) GetObserved(ctx context.Context, ref config.Workload) (*Object, error) {
 	obj, err := c.Cached(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -126,7 +128,7 @@ func (c *Client) GetObserved(ctx context.Context, ref Ref) (*Object, error) {
 
 func newObject(k *Kind, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, settled Settledness) *Object {
 	o := &Object{
-		Ref:             Ref{Kind: k.Name, Namespace: meta.Namespace, Name: meta.Name},
+		Ref:             config.Workload{Kind: k.Name, Namespace: meta.Namespace, Name: meta.Name},
 		UID:             meta.UID,
 		ResourceVersion: meta.ResourceVersion,
 		Generation:      meta.Generation,

@@ -27,7 +27,7 @@ func TestSetImages_K1_R9_R16_InitContainersAndImageVolumesInOneWrite(t *testing.
 		testenv.WithInitContainer("migrate", appTag),
 		testenv.WithSidecar("shipper", proxyTag),
 		testenv.WithImageVolume("models", models))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	before := getDeployment(t, c.Client, ns, "api")
 	if len(before.Spec.Template.Spec.Volumes) != 1 || before.Spec.Template.Spec.Volumes[0].Image == nil {
 		t.Fatalf("the API server did not keep the image volume: %s", toJSON(t, before.Spec.Template.Spec.Volumes))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/image-refresh/image-refresh/internal/config"
 )
 
 // settlePollInterval is how often WaitSettled reads the workload. Polling
@@ -25,7 +27,7 @@ var ErrRolloutFailed = errors.New("the rollout will not finish by itself")
 // error). A missing workload or an RBAC denial ends the wait at once: R4
 // says those are never a benign "not settled yet". Other API errors are
 // retried until the timeout, and the last one is reported.
-func (c *Client) WaitSettled(ctx context.Context, ref Ref, timeout time.Duration) (Settledness, error) {
+func (c *Client) WaitSettled(ctx context.Context, ref config.Workload, timeout time.Duration) (Settledness, error) {
 	st, _, err := c.wait(ctx, ref, timeout, false)
 	return st, err
 }
@@ -37,12 +39,12 @@ func (c *Client) WaitSettled(ctx context.Context, ref Ref, timeout time.Duration
 // the current template has a container that cannot run (Pod.Failing:
 // CrashLoopBackOff with its last exit code, ImagePullBackOff, …). Then the
 // error wraps ErrRolloutFailed, and failing holds those pods.
-func (c *Client) WaitRollout(ctx context.Context, ref Ref, timeout time.Duration) (st Settledness, failing []Pod, err error) {
+func (c *Client) WaitRollout(ctx context.Context, ref config.Workload, timeout time.Duration) (st Settledness, failing []Pod, err error) {
 	return c.wait(ctx, ref, timeout, true)
 }
 
-func (c *Client) wait(ctx context.Context, ref Ref, timeout time.Duration, untilFailed bool) (Settledness, []Pod, error) {
-	if err := ref.validate(); err != nil {
+func (c *Client) wait(ctx context.Context, ref config.Workload, timeout time.Duration, untilFailed bool) (Settledness, []Pod, error) {
+	if err := validate(ref); err != nil {
 		return Settledness{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/localcluster"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
@@ -25,7 +26,7 @@ func TestWaitSettled_R4_SettledAfterARollout(t *testing.T) {
 	t.Parallel()
 	c, wc, ns := setup(t)
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	settle(t, c, ref)
 	if _, err := wc.SetImages(context.Background(), mustGet(t, wc, ref), []workload.ImageChange{{Container: "app", From: appTag, To: "registry.test/acme/app@" + digestA}}); err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestWaitSettled_R4_MissingWorkloadFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	_, wc, ns := setup(t)
 	start := time.Now()
-	_, err := wc.WaitSettled(context.Background(), workload.Ref{Kind: "DaemonSet", Namespace: ns, Name: "gone"}, time.Minute)
+	_, err := wc.WaitSettled(context.Background(), config.Workload{Kind: "DaemonSet", Namespace: ns, Name: "gone"}, time.Minute)
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("error %v, want NotFound", err)
 	}
@@ -59,7 +60,7 @@ func TestWaitSettled_R14_GivesUpWithAReasonWhileANodeIsDown(t *testing.T) {
 	c, wc, ns := setup(t)
 	ctx := context.Background()
 	testenv.DaemonSet(t, c.Client, ns, "agent", testenv.WithTolerateAll(), testenv.WithContainer("app", appTag))
-	ref := workload.Ref{Kind: "DaemonSet", Namespace: ns, Name: "agent"}
+	ref := config.Workload{Kind: "DaemonSet", Namespace: ns, Name: "agent"}
 	settle(t, c, ref)
 	t.Cleanup(func() {
 		if err := c.NodeUp(context.Background(), "node-3"); err != nil {
@@ -99,7 +100,7 @@ func TestWaitRollout_V2_R4_EndsAtTheFirstContainerThatCannotRun(t *testing.T) {
 	ctx := context.Background()
 	const gate = "lb.acme.example/healthy"
 	testenv.Deployment(t, c.Client, ns, "api", testenv.WithContainer("app", appTag), testenv.WithReplicas(1), testenv.WithReadinessGate(gate))
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "api"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "api"}
 	pods := c.Client.CoreV1().Pods(ns)
 	setStatus := func(name, patch string) {
 		t.Helper()

@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/localcluster"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
@@ -30,14 +31,14 @@ func setup(t *testing.T) (*localcluster.Cluster, *workload.Client, string) {
 	return c, workload.New(c.Client, apiTimeout), testenv.Namespace(t, c.Client)
 }
 
-func settle(t *testing.T, c *localcluster.Cluster, ref workload.Ref) {
+func settle(t *testing.T, c *localcluster.Cluster, ref config.Workload) {
 	t.Helper()
 	if err := testenv.WaitSettled(context.Background(), c.Client, ref.Kind, ref.Namespace, ref.Name, 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func mustGet(t *testing.T, wc *workload.Client, ref workload.Ref) *workload.Object {
+func mustGet(t *testing.T, wc *workload.Client, ref config.Workload) *workload.Object {
 	t.Helper()
 	obj, err := wc.Get(context.Background(), ref)
 	if err != nil {
@@ -62,7 +63,7 @@ func TestGet_ReadsEachKind(t *testing.T) {
 	testenv.DaemonSet(t, c.Client, ns, "agent", opts...)
 	testenv.StatefulSet(t, c.Client, ns, "db", opts...)
 	testenv.CronJob(t, c.Client, ns, "nightly", opts...)
-	for _, ref := range []workload.Ref{
+	for _, ref := range []config.Workload{
 		{Kind: "Deployment", Namespace: ns, Name: "api"},
 		{Kind: "DaemonSet", Namespace: ns, Name: "agent"},
 		{Kind: "StatefulSet", Namespace: ns, Name: "db"},
@@ -107,7 +108,7 @@ func TestGet_ReadsEachKind(t *testing.T) {
 func TestGet_R4_MissingWorkloadIsNotFoundAndNamed(t *testing.T) {
 	t.Parallel()
 	_, wc, ns := setup(t)
-	ref := workload.Ref{Kind: "Deployment", Namespace: ns, Name: "missing"}
+	ref := config.Workload{Kind: "Deployment", Namespace: ns, Name: "missing"}
 	_, err := wc.Get(context.Background(), ref)
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("error %v is not NotFound", err)
@@ -120,14 +121,14 @@ func TestGet_R4_MissingWorkloadIsNotFoundAndNamed(t *testing.T) {
 func TestGet_R19_UnsupportedKindIsNamed(t *testing.T) {
 	t.Parallel()
 	_, wc, ns := setup(t)
-	_, err := wc.Get(context.Background(), workload.Ref{Kind: "ReplicaSet", Namespace: ns, Name: "nightly"})
+	_, err := wc.Get(context.Background(), config.Workload{Kind: "ReplicaSet", Namespace: ns, Name: "nightly"})
 	if !errors.Is(err, workload.ErrUnsupportedKind) || !strings.Contains(err.Error(), `"ReplicaSet"`) || !strings.Contains(err.Error(), "CronJob") {
 		t.Errorf("error %v: want ErrUnsupportedKind naming ReplicaSet and listing the supported kinds", err)
 	}
 }
 
 func TestRef_String(t *testing.T) {
-	if got := (workload.Ref{Kind: "Deployment", Namespace: "tb", Name: "api"}).String(); got != "Deployment tb/api" {
+	if got := (config.Workload{Kind: "Deployment", Namespace: "tb", Name: "api"}).String(); got != "Deployment tb/api" {
 		t.Errorf("String() = %q", got)
 	}
 }

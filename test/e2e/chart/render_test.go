@@ -21,7 +21,6 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/pinwebhook"
 	"github.com/image-refresh/image-refresh/internal/statestore"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // mode is one way to run the chart, with what its rendering must hold.
@@ -91,7 +90,7 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 	copies := map[string][]string{}          // namespace → the state copies' names (R25)
 	for _, g := range cfg.Groups {
 		a := g.Anchor
-		name := statestore.Name(workload.Ref{Kind: string(a.Kind), Namespace: a.Namespace, Name: a.Name})
+		name := statestore.Name(a)
 		if !slices.Contains(copies[a.Namespace], name) {
 			copies[a.Namespace] = append(copies[a.Namespace], name)
 		}

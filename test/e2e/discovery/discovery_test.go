@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/running"
@@ -47,7 +48,7 @@ func (e *env) defaultServiceAccount() {
 // object reads a workload of any kind through the product's own reader.
 func (e *env) object(kind, name string) *workload.Object {
 	e.T.Helper()
-	obj, err := workload.New(e.C.Client, 10*time.Second).Get(context.Background(), workload.Ref{Kind: kind, Namespace: e.NS, Name: name})
+	obj, err := workload.New(e.C.Client, 10*time.Second).Get(context.Background(), config.Workload{Kind: kind, Namespace: e.NS, Name: name})
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/statestore"
-	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
@@ -230,7 +230,7 @@ func TestTick_R25_AnAnchorOnlyInstallationKeepsItsStateAndGainsACopy(t *testing.
 	cfg := e.Config("maxDigestChanges: 3\ndigestChangeWindow: 1h\n" + e2e.SeedShape)
 	e.PinAll(cfg)
 	// What an older release left: the anchor's annotations alone.
-	name := statestore.Name(workload.Ref{Kind: "Deployment", Namespace: e.NS, Name: "jobs-manager"})
+	name := statestore.Name(config.Workload{Kind: "Deployment", Namespace: e.NS, Name: "jobs-manager"})
 	if err := e.C.Client.CoreV1().ConfigMaps(e.NS).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("setup: the first ticks wrote no copy to delete: %v", err)
 	}

@@ -9,8 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/statestore"
-	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
 // SuspendCmd runs suspend or resume (args[0]) with the env's kubeconfig
@@ -38,7 +38,7 @@ func (e *Env) RolloutUndo(name string) {
 // anchor (nil: there is none) (R25).
 func (e *Env) StateCopy(anchor string) map[string]string {
 	e.T.Helper()
-	name := statestore.Name(workload.Ref{Kind: "Deployment", Namespace: e.NS, Name: anchor})
+	name := statestore.Name(config.Workload{Kind: "Deployment", Namespace: e.NS, Name: anchor})
 	cm, err := e.C.Client.CoreV1().ConfigMaps(e.NS).Get(context.Background(), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

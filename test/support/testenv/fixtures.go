@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/localcluster"
 )
@@ -238,7 +239,7 @@ func CronJob(t testing.TB, client kubernetes.Interface, ns, name string, opts ..
 // Settled reads a workload and reports whether its rollout finished, using
 // the product's own definition (internal/workload).
 func Settled(ctx context.Context, client kubernetes.Interface, kind, ns, name string) (workload.Settledness, error) {
-	obj, err := workload.New(client, 0).Get(ctx, workload.Ref{Kind: kind, Namespace: ns, Name: name})
+	obj, err := workload.New(client, 0).Get(ctx, config.Workload{Kind: kind, Namespace: ns, Name: name})
 	if err != nil {
 		return workload.Settledness{}, err
 	}
