@@ -64,6 +64,7 @@ const (
 	everPinned
 	readFailures
 	resolveFailures
+	pinCheckFailures
 	digestChanges
 	firstSeen
 	lockedOn
@@ -96,6 +97,7 @@ var table = [...]Key{
 	everPinned:       {Name: "ever-pinned-<image>", Scope: ScopeImage},
 	readFailures:     {Name: "live-read-failure-streak-<image>", Scope: ScopeImage},
 	resolveFailures:  {Name: "resolve-failure-streak-<image>", Scope: ScopeImage},
+	pinCheckFailures: {Name: "pin-check-failure-streak-<image>", Scope: ScopeImage},
 	digestChanges:    {Name: "digest-changes-<image>", Scope: ScopeImage, Rearm: true},
 	firstSeen:        {Name: "first-seen-<image>", Scope: ScopeImage},
 	lockedOn:         {Name: "locked-on-<image>", Scope: ScopeImage, Rearm: true},
@@ -170,6 +172,11 @@ func (k Keys) ReadFailures(image string) string { return k.image(readFailures, i
 
 // ResolveFailures counts ticks whose registry resolve of image failed (R1).
 func (k Keys) ResolveFailures(image string) string { return k.image(resolveFailures, image) }
+
+// PinCheckFailures counts V4's checks of image's pinned digests in a row
+// that the registry could not answer (401, 5xx, a timeout): read failures
+// (R1), never a verdict, but at maxReadFailures they need a human.
+func (k Keys) PinCheckFailures(image string) string { return k.image(pinCheckFailures, image) }
 
 // DigestChanges lists when image's digest record last moved to a new
 // digest (R6), as comma-separated RFC 3339 UTC times, oldest first: the

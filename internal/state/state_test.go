@@ -163,7 +163,7 @@ func TestTable_TheListsAreDerivedFromIt(t *testing.T) {
 	}{
 		{"per image (config validation)", ImageKeyNames("api"), []string{
 			"last-refreshed-api-digest", "stale-pin-api", "ever-pinned-api", "live-read-failure-streak-api",
-			"resolve-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api", "verified-api", "rolled-back-api", "tag-flapping-api", "soak-api"}},
+			"resolve-failure-streak-api", "pin-check-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api", "verified-api", "rolled-back-api", "tag-flapping-api", "soak-api"}},
 		{"per group, the holder too (R10, C3)", GroupKeyNames(), []string{
 			"refresh-attempt", "refresh-attempt-holder", "refresh-flap-detected", "refresh-skip-streak", "suspended-since", "suspended-by", "state-generation"}},
 		{"rearm (R18, R21, R23)", k.Rearmed([]string{"api", "mon"}), []string{
