@@ -188,6 +188,10 @@ type Group struct {
 	// OnFailedRollout says what happens when a digest-change rollout of
 	// the group fails (V2): hold (R10's lockout; "" is hold) or rollback.
 	OnFailedRollout OnFailedRollout `yaml:"onFailedRollout,omitempty"`
+	// Promotion makes the group follow another (P1): it moves to a new
+	// digest only once the leader group ran it settled and healthy for the
+	// soak. nil: the group moves as soon as the registry does.
+	Promotion *Promotion `yaml:"promotion,omitempty"`
 	// Discovered: internal/discovery made the group from labelled
 	// workloads (D1); never set from a config file. Its pins keep the tag
 	// (discovery.PinFormat), and its images resolve with the pull secrets
@@ -210,6 +214,19 @@ func (g Group) Workloads() []Workload {
 		}
 	}
 	return out
+}
+
+// Promotion is a group's place behind another (P1).
+type Promotion struct {
+	// After names the leader group, of the same config.
+	After string `yaml:"after"`
+	// Soak is how long the leader must have run a digest settled and
+	// healthy before this group moves to it; 0 moves once the leader runs
+	// it settled and healthy.
+	Soak time.Duration `yaml:"soak"`
+	// Images maps each image name of this group to the leader's image of
+	// the same repository and tag; set by validation.
+	Images map[string]string `yaml:"-"`
 }
 
 // OnFailedRollout is a group's answer to a failed digest-change rollout (V2).

@@ -103,6 +103,13 @@ func (d *decoder) group(path string, n *yaml.Node, g *Group) {
 	d.mapping(path, n, map[string]fieldFunc{
 		"name":            d.str(&g.Name),
 		"onFailedRollout": d.str((*string)(&g.OnFailedRollout)),
+		"promotion": func(path string, n *yaml.Node) {
+			g.Promotion = &Promotion{}
+			d.mapping(path, n, map[string]fieldFunc{
+				"after": d.str(&g.Promotion.After),
+				"soak":  d.duration(&g.Promotion.Soak),
+			})
+		},
 		"anchor": func(path string, n *yaml.Node) {
 			d.mapping(path, n, map[string]fieldFunc{
 				"kind":      d.str(&g.Anchor.Kind),

@@ -81,6 +81,7 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 	v.verification(c.Verification)
 	v.declaredKinds(c.Kinds)
 	v.groups(c.Groups, prefix)
+	v.promotions(c.Groups)
 	return v.errs
 }
 

@@ -314,9 +314,27 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if plan.Failed != nil {
 		return reconcile.Result{}, fmt.Errorf("group %s: %w", g.Name, plan.Failed)
 	}
+	c.wakeFollowers(g.Name, plan)
 	after := c.Resync
 	if !plan.WaitUntil.IsZero() {
 		after = min(after, max(time.Until(plan.WaitUntil), 0)+time.Second)
+	}
+	if plan.Repin != nil && len(plan.Repin.Changes) == 0 && len(c.Runner.Config.Followers(g.Name)) > 0 {
+		// P1: the pass confirmed a settled rollout (no event follows its
+		// writes); the next one starts the soak clock the followers read.
+		after = min(after, 100*time.Millisecond)
+	}
+	if plan.SoakPending {
+		after = min(after, soakRecheck)
+	}
+	if !plan.WakeAt.IsZero() {
+		// P1, R22: a hold that ends by itself (a soak, a digest's minimum
+		// age) acts at its end, on the engine's clock.
+		now := time.Now
+		if c.Runner.Now != nil {
+			now = c.Runner.Now
+		}
+		after = min(after, max(plan.WakeAt.Sub(now()), 0)+100*time.Millisecond)
 	}
 	if s := plan.Suspended; s != nil {
 		// O1: a suspension's end acts at once, not at the next resync, and
@@ -398,6 +416,29 @@ func (c *Controller) track(group string, plan *refresh.Plan) {
 	q := c.queue
 	c.mu.Unlock()
 	for _, name := range wake {
+		if q != nil {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+	}
+}
+
+// soakRecheck is how soon a leader whose pods do not all report its
+// digest Ready yet is passed again (P1, Plan.SoakPending): pod events do not
+// start a pass.
+const soakRecheck = 2 * time.Second
+
+// wakeFollowers runs the groups that follow group (P1) again when its pass
+// changed its state (a soak clock started, stopped or moved; a rollback, a
+// quarantine, a suspension) or re-imaged it: they read that state.
+func (c *Controller) wakeFollowers(group string, plan *refresh.Plan) {
+	if len(plan.Bookkeeping.Set) == 0 && plan.Repin == nil {
+		return
+	}
+	followers := c.Runner.Config.Followers(group)
+	c.mu.Lock()
+	q := c.queue
+	c.mu.Unlock()
+	for _, name := range followers {
 		if q != nil {
 			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
 		}

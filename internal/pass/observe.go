@@ -8,6 +8,7 @@ package pass
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -198,6 +199,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 	}
 	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
 	r.observePods(ctx, g, objs, &obs)
+	r.observeLeader(ctx, g, &obs)
 	for _, img := range g.Images {
 		var kc authn.Keychain
 		keychain := func() authn.Keychain {
@@ -263,7 +265,7 @@ func (r *Runner) observePods(ctx context.Context, g config.Group, objs map[confi
 func runningPods(pods []workload.Pod) []refresh.RunningPod {
 	var out []refresh.RunningPod
 	for _, p := range pods {
-		out = append(out, refresh.RunningPod{Name: p.Name, Node: p.Node, ImageIDs: p.ImageIDs, Failing: p.Failing})
+		out = append(out, refresh.RunningPod{Name: p.Name, Node: p.Node, ImageIDs: p.ImageIDs, Failing: p.Failing, Ready: p.Ready, Restarts: p.Restarts})
 	}
 	return out
 }
@@ -490,4 +492,32 @@ func (r *Runner) keychain(ctx context.Context, img config.Image, objs map[config
 // keychainKey names an image's keychain: its repository:tag and its name.
 func keychainKey(img config.Image) string {
 	return img.Repository + ":" + img.Tag + "/" + img.Name
+}
+
+// observeLeader reads, for a group that follows another (P1), the state on
+// the leader's anchor (its copy's when a rollback rewound it, R25), and for
+// a group that others follow, their names: its pass keeps their soak clock.
+func (r *Runner) observeLeader(ctx context.Context, g config.Group, obs *refresh.Observation) {
+	obs.Followers = r.Config.Followers(g.Name)
+	if g.Promotion == nil {
+		return
+	}
+	l := &refresh.Leader{Group: g.Promotion.After}
+	obs.Leader = l
+	leader, ok := r.Config.Group(g.Promotion.After)
+	if !ok {
+		l.Err = fmt.Errorf("no group %s in the config", g.Promotion.After)
+		return
+	}
+	obj, err := r.Workloads.GetObserved(ctx, ref(leader.Anchor))
+	if err != nil {
+		l.Err = err
+		return
+	}
+	v, err := r.States().Read(ctx, obj)
+	if err != nil {
+		l.Err = err
+		return
+	}
+	l.Anchor = v.State
 }

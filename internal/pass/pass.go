@@ -48,7 +48,9 @@ func (r *Runner) AllGroups(ctx context.Context, dryRun bool) Result {
 		rolling = r.RollingGroups(ctx)
 	}
 	var res Result
-	for _, g := range r.Config.Groups {
+	// P1: a leader passes before its followers, which read the soak its
+	// pass keeps.
+	for _, g := range config.PromotionOrder(r.Config.Groups) {
 		opts := GroupOptions{DryRun: dryRun, RollingElsewhere: Elsewhere(rolling, g.Name)}
 		p := r.Group(ctx, g, latest, opts)
 		if p.WaitFailed && g.OnFailedRollout == config.OnFailedRolloutRollback && !p.Repin.Rollback {

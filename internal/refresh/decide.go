@@ -49,6 +49,7 @@ func Decide(s Settings, obs Observation) *Plan {
 	d.running()
 	d.suspend()
 	d.pins()
+	d.soak()
 	d.p.InFlight = d.rolloutInFlight()
 	return d.p
 }

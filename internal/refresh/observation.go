@@ -17,6 +17,7 @@
 //	verify.go    only a verified digest is recorded or rolled (V1)
 //	rollback.go  a failed digest change put back and quarantined (V2)
 //	pins.go      a pinned digest the registry no longer holds (V4)
+//	promotion.go a follower waits until its leader soaked the digest (P1)
 package refresh
 
 import (
@@ -174,6 +175,12 @@ type Observation struct {
 	// matches, V1's answer for the registry's digest when that digest is
 	// not the record yet (the record was verified when it was recorded).
 	Verification map[string]Verification
+	// Leader is, for a group that follows another (P1), what the leader's
+	// anchor says; nil for any other group.
+	Leader *Leader
+	// Followers names the groups that follow this one (P1): its pass
+	// keeps the soak clock they read.
+	Followers []string
 	// PinChecks holds V4's answers for the digests PinsToCheck lists; nil:
 	// nothing was checked this pass (the interval has not passed).
 	PinChecks map[PinRef]PinCheck

@@ -106,6 +106,7 @@ func (d *decision) pins() {
 		return
 	}
 	for _, img := range d.obs.Group.Images {
+		var failed []string
 		for _, u := range pinUses(d.keys, d.obs, img) {
 			if !u.rollback {
 				// A target this pass moves to another digest no longer
@@ -120,14 +121,35 @@ func (d *decision) pins() {
 			switch {
 			case !ok:
 			case check.Err != nil:
-				d.find(Finding{Severity: SeverityWarn, Image: img.Name, Once: "pin-check-failed " + u.ref.String(),
-					Message: fmt.Sprintf("cannot tell whether the registry still holds %s, which %s depend on: %v; not taken as missing, checked again later",
-						u.ref, d.namedAll(append(slices.Clone(u.on), u.retreat...)), check.Err)})
+				failed = append(failed, fmt.Sprintf("cannot tell whether the registry still holds %s, which %s depend on: %v",
+					u.ref, d.namedAll(append(slices.Clone(u.on), u.retreat...)), check.Err))
 			case check.Missing:
 				d.pinMissing(img, u)
 			}
 		}
+		d.pinCheckStreak(img, failed)
 	}
+}
+
+// pinCheckStreak counts the checks of img's pins in a row that the
+// registry could not answer, as R1 counts failed resolves: a WARN each
+// time, not a verdict; at maxReadFailures an error that needs a human, as
+// the digests may be gone unseen. A check that answered clears it.
+func (d *decision) pinCheckStreak(img config.Image, failed []string) {
+	key := d.keys.PinCheckFailures(img.Name)
+	if len(failed) == 0 {
+		d.clear(&d.p.Bookkeeping, key)
+		return
+	}
+	n, ceiling := d.counter(key)
+	msg := fmt.Sprintf("%s; not taken as missing, checked again at the next pin check (failure %d of %d in a row)", strings.Join(failed, "; "), n, d.s.MaxReadFailures)
+	f := Finding{Severity: SeverityWarn, Image: img.Name, Message: msg}
+	if ceiling {
+		f = Finding{Severity: SeverityError, Reason: ReasonRefreshError, Image: img.Name, NeedsHuman: true, Message: msg,
+			Remediation: "check the registry and the pull credentials: while it cannot answer, a digest it deleted goes unseen until a pod fails to pull it"}
+	}
+	f.Once = fmt.Sprintf("pin-check-failed %s %d", img.Name, n) // once per check, not per pass
+	d.find(f)
 }
 
 // pinMissing reports one pinned digest the registry no longer holds (V4).

@@ -54,14 +54,32 @@ func TestDecide_V4_APinnedDigestTheRegistryNoLongerHoldsIsPinMissing(t *testing.
 		"a registry that cannot tell (503) is not missing: a benign WARN, still pinned": {
 			obs: steady(withLatest("api", dA), pinCheck(onA, false, errors.New("HEAD …: server-error (HTTP 503)"))),
 			want: want{
-				findings: []string{"api: WARN - benign"},
-				rows:     []string{"api web/api: pinned", "api agent/monitor: pinned"},
+				findings:    []string{"api: WARN - benign"},
+				rows:        []string{"api web/api: pinned", "api agent/monitor: pinned"},
+				bookkeeping: kv{k.PinCheckFailures("api"): "1"},
 			},
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "message", p.Findings[0].Message, "not taken as missing")
+				contains(t, "message", p.Findings[0].Message, "failure 1 of 3 in a row")
 				if p.Findings[0].Once == "" {
 					t.Error("the read failure has no Once key: `run` would say it on every pass")
 				}
+			},
+		},
+		"a registry that cannot tell maxReadFailures checks in a row needs a human (R1)": {
+			obs: steady(withLatest("api", dA), withAnchor(ann(k.PinCheckFailures("api"), "2")), pinCheck(onA, false, errors.New("HEAD …: UNAUTHORIZED (HTTP 401)"))),
+			want: want{
+				findings:    []string{"api: ERROR RefreshError needs-human"},
+				rows:        []string{"api web/api: pinned", "api agent/monitor: pinned"},
+				bookkeeping: kv{k.PinCheckFailures("api"): "3"},
+			},
+			also: func(t *testing.T, p *Plan) { contains(t, "message", p.Findings[0].Message, "failure 3 of 3 in a row") },
+		},
+		"a check the registry answered ends the streak": {
+			obs: steady(withLatest("api", dA), withAnchor(ann(k.PinCheckFailures("api"), "2")), pinCheck(onA, false, nil)),
+			want: want{
+				rows:        []string{"api web/api: pinned", "api agent/monitor: pinned"},
+				bookkeeping: kv{k.PinCheckFailures("api"): deleted},
 			},
 		},
 		"not checked this pass (no answers): nothing said": {

@@ -43,6 +43,14 @@ type Plan struct {
 	// WaitUntil, when set, is when the attempt in flight reaches its
 	// deadline (NoWait): the controller runs the group again then.
 	WaitUntil time.Time
+	// WakeAt, when set, is when a hold of the rollout policy ends by
+	// itself (a soak's end, P1; minDigestAge, R22): the controller runs the
+	// group again then, not at its next resync.
+	WakeAt time.Time
+	// SoakPending: the group is settled on its record, but its pods do not
+	// all report it Ready yet, so its soak clock (P1) has not started; the
+	// controller looks again soon, as no event of its workloads may follow.
+	SoakPending bool
 	// InFlight: the group has a rollout in flight once this plan is
 	// carried out (R24, NoWait): it writes an attempt and images and
 	// returns, or its attempt is still rolling within its deadline. It

@@ -42,7 +42,7 @@ func (d *decision) recentChanges(img config.Image, digestChanged bool) ([]time.T
 }
 
 // hold is why the rollout policy keeps an image on its recorded digest
-// instead of rolling to the registry's new answer (R21, R22, R23).
+// instead of rolling to the registry's new answer (R21, R22, R23, P1).
 type hold struct {
 	state   State
 	finding Finding
@@ -50,7 +50,7 @@ type hold struct {
 
 // holdFor applies the rollout policy to a digest change of img from
 // recorded to latest, in order: a digest that did not verify (V1), a
-// quarantined digest (R23), a spent churn budget (R21), a digest younger
+// quarantined digest (R23), a digest the group it follows has not soaked (P1), a spent churn budget (R21), a digest younger
 // than minDigestAge (R22), outside every rollout window (R24). nil: roll it. A revert re-pin is never held: it
 // restores the recorded digest.
 func (d *decision) holdFor(img config.Image, recorded, latest string, recent []time.Time, budgetErr error, seen *state.FirstSeenValue) (h *hold) {
@@ -64,6 +64,9 @@ func (d *decision) holdFor(img config.Image, recorded, latest string, recent []t
 			img.Repository, img.Tag, latest, d.p.Group, recorded)
 		return &hold{state: StateQuarantined, finding: Finding{Severity: SeverityWarn, Reason: ReasonDigestQuarantined, Image: img.Name, NeedsHuman: true, Message: msg,
 			Remediation: "publish a fixed build under the tag (a new digest is tried by itself), or, to try the quarantined digest again, run: " + rearm}}
+	}
+	if h := d.promotionHold(img, recorded, latest); h != nil {
+		return h
 	}
 	if d.budgetSpent(recent, budgetErr) {
 		var msg string
@@ -87,6 +90,7 @@ func (d *decision) holdFor(img config.Image, recorded, latest string, recent []t
 				since = seen.At
 			}
 			left := d.s.MinDigestAge - age
+			d.wakeAt(since.Add(d.s.MinDigestAge))
 			msg := fmt.Sprintf("waiting: %s:%s moved to %s, first seen %s; rolled out after minDigestAge %s, in %s (at %s); held on the recorded digest %s meanwhile",
 				img.Repository, img.Tag, latest, since.UTC().Format(time.RFC3339), d.s.MinDigestAge, left.Round(time.Second), since.Add(d.s.MinDigestAge).UTC().Format(time.RFC3339), recorded)
 			return &hold{state: StateWaiting, finding: Finding{Severity: SeverityInfo, Image: img.Name, Message: msg}}

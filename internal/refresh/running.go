@@ -23,6 +23,10 @@ type RunningPod struct {
 	// Failing: per container that cannot run, why (CrashLoopBackOff with
 	// its last exit code, ImagePullBackOff, …), V2.
 	Failing map[string]string
+	// Ready: the pod's Ready condition is True; Restarts: the sum of its
+	// containers' restart counts (P1's soak).
+	Ready    bool
+	Restarts int
 }
 
 // RunningDigest is the repository digest of a runtime's imageID

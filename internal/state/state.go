@@ -64,12 +64,14 @@ const (
 	everPinned
 	readFailures
 	resolveFailures
+	pinCheckFailures
 	digestChanges
 	firstSeen
 	lockedOn
 	verified
 	rolledBack
 	tagFlapping
+	soak
 	suspendedSince
 	suspendedBy
 	generation
@@ -95,12 +97,14 @@ var table = [...]Key{
 	everPinned:       {Name: "ever-pinned-<image>", Scope: ScopeImage},
 	readFailures:     {Name: "live-read-failure-streak-<image>", Scope: ScopeImage},
 	resolveFailures:  {Name: "resolve-failure-streak-<image>", Scope: ScopeImage},
+	pinCheckFailures: {Name: "pin-check-failure-streak-<image>", Scope: ScopeImage},
 	digestChanges:    {Name: "digest-changes-<image>", Scope: ScopeImage, Rearm: true},
 	firstSeen:        {Name: "first-seen-<image>", Scope: ScopeImage},
 	lockedOn:         {Name: "locked-on-<image>", Scope: ScopeImage, Rearm: true},
 	verified:         {Name: "verified-<image>", Scope: ScopeImage},
 	rolledBack:       {Name: "rolled-back-<image>", Scope: ScopeImage, Rearm: true},
 	tagFlapping:      {Name: "tag-flapping-<image>", Scope: ScopeImage, Rearm: true},
+	soak:             {Name: "soak-<image>", Scope: ScopeImage},
 	suspendedSince:   {Name: "suspended-since", Scope: ScopeGroup},
 	suspendedBy:      {Name: "suspended-by", Scope: ScopeGroup},
 	generation:       {Name: "state-generation", Scope: ScopeGroup},
@@ -169,6 +173,11 @@ func (k Keys) ReadFailures(image string) string { return k.image(readFailures, i
 // ResolveFailures counts ticks whose registry resolve of image failed (R1).
 func (k Keys) ResolveFailures(image string) string { return k.image(resolveFailures, image) }
 
+// PinCheckFailures counts V4's checks of image's pinned digests in a row
+// that the registry could not answer (401, 5xx, a timeout): read failures
+// (R1), never a verdict, but at maxReadFailures they need a human.
+func (k Keys) PinCheckFailures(image string) string { return k.image(pinCheckFailures, image) }
+
 // DigestChanges lists when image's digest record last moved to a new
 // digest (R6), as comma-separated RFC 3339 UTC times, oldest first: the
 // budget that bounds a tag flapping between digests (see refresh).
@@ -210,6 +219,11 @@ func (k Keys) OnFailedRollout() string { return k.key(onFailedRollout) }
 // tag-flapping, also when the tag sits on the held digest meanwhile; it is
 // deleted once the window has passed, or by rearm.
 func (k Keys) TagFlapping(image string) string { return k.image(tagFlapping, image) }
+
+// Soak is when the group began to run the recorded digest of image settled
+// and healthy, on a group other groups follow (P1), with the pods'
+// restart count then: "<digest> <RFC 3339 time> <restarts>".
+func (k Keys) Soak(image string) string { return k.image(soak, image) }
 
 // Suspend suspends the group of the anchor it is on (O1): "true" until it
 // is removed (`image-refresh resume`), or an RFC 3339 time it ends at.
@@ -410,6 +424,38 @@ func ParseFirstSeen(value string) (FirstSeenValue, error) {
 		return FirstSeenValue{}, fmt.Errorf("invalid first-seen value %q: %q is not an RFC 3339 time", value, at)
 	}
 	return FirstSeenValue{Digest: d, At: t}, nil
+}
+
+// SoakValue is a parsed Soak value (P1).
+type SoakValue struct {
+	Digest string
+	Since  time.Time
+	// Restarts is the sum of the container restarts of the targets' pods
+	// the clock was started or last carried on with: more is a restart
+	// in the window, which starts the clock over.
+	Restarts int
+}
+
+// String renders the annotation value.
+func (v SoakValue) String() string {
+	return fmt.Sprintf("%s %s %d", v.Digest, v.Since.UTC().Format(time.RFC3339), v.Restarts)
+}
+
+// ParseSoak reads a Soak value: "<digest> <RFC 3339 time> <restarts>".
+func ParseSoak(value string) (SoakValue, error) {
+	f := strings.Fields(value)
+	if len(f) != 3 || f[0] == "" {
+		return SoakValue{}, fmt.Errorf("invalid soak value %q (want \"<digest> <RFC 3339 time> <restarts>\")", value)
+	}
+	t, err := parseTime(f[1])
+	if err != nil {
+		return SoakValue{}, fmt.Errorf("invalid soak value %q: %q is not an RFC 3339 time", value, f[1])
+	}
+	n, err := strconv.Atoi(f[2])
+	if err != nil || n < 0 {
+		return SoakValue{}, fmt.Errorf("invalid soak value %q: %q is not a restart count", value, f[2])
+	}
+	return SoakValue{Digest: f[0], Since: t, Restarts: n}, nil
 }
 
 // Holder is a parsed refresh-attempt-holder value.

@@ -163,7 +163,7 @@ func TestTable_TheListsAreDerivedFromIt(t *testing.T) {
 	}{
 		{"per image (config validation)", ImageKeyNames("api"), []string{
 			"last-refreshed-api-digest", "stale-pin-api", "ever-pinned-api", "live-read-failure-streak-api",
-			"resolve-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api", "verified-api", "rolled-back-api", "tag-flapping-api"}},
+			"resolve-failure-streak-api", "pin-check-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api", "verified-api", "rolled-back-api", "tag-flapping-api", "soak-api"}},
 		{"per group, the holder too (R10, C3)", GroupKeyNames(), []string{
 			"refresh-attempt", "refresh-attempt-holder", "refresh-flap-detected", "refresh-skip-streak", "suspended-since", "suspended-by", "state-generation"}},
 		{"rearm (R18, R21, R23)", k.Rearmed([]string{"api", "mon"}), []string{
@@ -177,5 +177,21 @@ func TestTable_TheListsAreDerivedFromIt(t *testing.T) {
 	}
 	if got := k.Enabled(); got != "p/enabled" {
 		t.Errorf("Enabled() = %q", got)
+	}
+}
+
+// P1: the soak clock's value round-trips, and a value that does not parse
+// is an error naming it (the engine starts the soak over, fail-safe).
+func TestParseSoak_P1_RoundTripsAndRejectsWhatItCannotRead(t *testing.T) {
+	d := "sha256:" + strings.Repeat("ab", 32)
+	v := SoakValue{Digest: d, Since: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC), Restarts: 3}
+	got, err := ParseSoak(v.String())
+	if err != nil || got != v {
+		t.Errorf("ParseSoak(%q) = %+v, %v; want %+v", v.String(), got, err, v)
+	}
+	for _, bad := range []string{"", d, d + " 2026-12-07T12:00:00Z", d + " noon 0", d + " 2026-12-07T12:00:00Z -1", d + " 2026-12-07T12:00:00Z x"} {
+		if _, err := ParseSoak(bad); err == nil || !strings.Contains(err.Error(), "invalid soak value") {
+			t.Errorf("ParseSoak(%q) = %v, want an error naming the value", bad, err)
+		}
 	}
 }

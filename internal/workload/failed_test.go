@@ -50,3 +50,29 @@ func TestStripPod_V2_AContainerThatCannotRunKeepsWhyAndAStartingOneDoesNot(t *te
 		t.Errorf("a container still being created is kept as failing: %+v", st[1])
 	}
 }
+
+// P1: the soak reads a pod's Ready condition and its containers' restarts,
+// from the stripped pods of `run`'s cache as from a LIST.
+func TestStripPod_P1_KeepsReadyAndRestarts(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api-x"}, Status: corev1.PodStatus{
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "dropped"},
+		},
+		ContainerStatuses:     []corev1.ContainerStatus{{Name: "api", ImageID: "reg/acme/api@sha256:b", RestartCount: 2}},
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", ImageID: "reg/acme/proxy@sha256:c", RestartCount: 1}},
+	}}
+	out, err := StripPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := podOf(out.(*corev1.Pod))
+	if !got.Ready || got.Restarts != 3 {
+		t.Errorf("after StripPod: Ready %v, Restarts %d; want true, 3", got.Ready, got.Restarts)
+	}
+	pod.Status.Conditions[1].Status = corev1.ConditionFalse
+	out, _ = StripPod(pod)
+	if podOf(out.(*corev1.Pod)).Ready {
+		t.Error("a pod whose Ready condition is False reads Ready after StripPod")
+	}
+}

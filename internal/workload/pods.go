@@ -24,6 +24,10 @@ type Pod struct {
 	// reason (CrashLoopBackOff, ImagePullBackOff, …), message and last exit
 	// code (V2).
 	Failing map[string]string
+	// Ready: the pod's Ready condition is True; Restarts: the sum of its
+	// containers' restart counts (P1's soak).
+	Ready    bool
+	Restarts int
 }
 
 // failingReasons are the waiting reasons of a container that will not run
@@ -98,8 +102,14 @@ func (c *Client) Pods(ctx context.Context, obj *Object) ([]Pod, error) {
 func podOf(p *corev1.Pod) Pod {
 	pod := Pod{Name: p.Name, Node: p.Spec.NodeName, ImageIDs: map[string]string{}}
 	statuses := append(slices.Clip(p.Status.ContainerStatuses), p.Status.InitContainerStatuses...)
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			pod.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
 	for _, cs := range statuses {
 		pod.ImageIDs[cs.Name] = cs.ImageID
+		pod.Restarts += int(cs.RestartCount)
 		for _, m := range cs.VolumeMounts {
 			if m.VolumeStatus != nil && m.VolumeStatus.Image != nil && m.VolumeStatus.Image.ImageRef != "" {
 				pod.ImageIDs[config.VolumeKey(m.Name)] = m.VolumeStatus.Image.ImageRef
@@ -147,6 +157,11 @@ func StripPod(in any) (any, error) {
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase},
 	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady { // P1's soak reads Ready
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
 	for _, c := range p.Spec.Containers {
 		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
 	}
@@ -169,7 +184,7 @@ func StripPod(in any) (any, error) {
 func stripStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 	var out []corev1.ContainerStatus
 	for _, cs := range in {
-		kept := corev1.ContainerStatus{Name: cs.Name, ImageID: cs.ImageID}
+		kept := corev1.ContainerStatus{Name: cs.Name, ImageID: cs.ImageID, RestartCount: cs.RestartCount}
 		if failing(cs) != "" { // V2 reads why it cannot run
 			kept.State.Waiting, kept.LastTerminationState.Terminated = cs.State.Waiting, cs.LastTerminationState.Terminated
 		}

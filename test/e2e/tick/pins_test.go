@@ -1,9 +1,11 @@
 package tick
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -114,10 +116,15 @@ func TestTick_V4_ADeletedDigestNoOnePinsIsIgnoredAndEachTickChecksThePinOnce(t *
 	}
 }
 
-func TestTick_V4_ARegistryThatCannotTellIsNotMissing(t *testing.T) {
+// V4, R1: a registry that cannot tell (a 5xx, a 401) is no verdict but a
+// read failure: a WARN per check, and maxReadFailures (3) checks in a row
+// an ERROR that needs a human; a check it answers ends the streak.
+func TestTick_V4_ARegistryThatCannotTellIsNotMissingButAReadFailure(t *testing.T) {
 	e := newEnv(t)
-	pinned, cfg := e.Pinned()
-	for _, status := range []int{http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusUnauthorized} {
+	pinned, _ := e.Pinned()
+	cfg := e.Config("maxReadFailures: 3\n" + e2e.SeedShape)
+	streak := e.Key("pin-check-failure-streak-api")
+	for i, status := range []int{http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusUnauthorized} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
 			e := &env{e.WithT(t)}
 			// Only the check by digest fails; the tag resolves.
@@ -128,16 +135,29 @@ func TestTick_V4_ARegistryThatCannotTellIsNotMissing(t *testing.T) {
 			if n := e.digestHeads(pinned); n != 1 {
 				t.Fatalf("%d HEADs of the pinned digest, want 1: the check ran", n)
 			}
-			if code != 0 || strings.Contains(logs, "no longer holds") {
-				t.Errorf("tick exit %d, want 0 and no pin-missing: HTTP %d is no verdict", code, status)
+			wantCode, level := 0, "WARN"
+			if i == 2 {
+				wantCode, level = 1, "ERROR"
 			}
-			if len(e2e.LogLines(logs, "WARN", "cannot tell whether the registry still holds "+e.Repo("api")+"@"+pinned, "not taken as missing")) != 1 {
-				t.Errorf("want one WARN saying the pin could not be checked")
+			if code != wantCode || strings.Contains(logs, "no longer holds") {
+				t.Errorf("check %d: tick exit %d, want %d and no pin-missing: HTTP %d is no verdict", i+1, code, wantCode, status)
+			}
+			if len(e2e.LogLines(logs, level, "cannot tell whether the registry still holds "+e.Repo("api")+"@"+pinned, "not taken as missing", fmt.Sprintf("failure %d of 3 in a row", i+1))) != 1 {
+				t.Errorf("want one %s saying the pin could not be checked, failure %d of 3:\n%s", level, i+1, logs)
+			}
+			if got := e.Annotations("jobs-manager")[streak]; got != strconv.Itoa(i+1) {
+				t.Errorf("streak %q, want %d", got, i+1)
 			}
 			if e2e.HasEvent(e.Events("jobs-manager"), "PinMissing", "") {
 				t.Errorf("a PinMissing Event after HTTP %d", status)
 			}
 		})
+	}
+	if code, logs := e.Tick(cfg); code != 0 {
+		t.Fatalf("tick with the registry answering again: exit %d:\n%s", code, logs)
+	}
+	if got, ok := e.Annotations("jobs-manager")[streak]; ok {
+		t.Errorf("streak %q after a check the registry answered, want none", got)
 	}
 }
 
