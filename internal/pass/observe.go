@@ -509,7 +509,7 @@ func (r *Runner) observeLeader(ctx context.Context, g config.Group, obs *refresh
 		l.Err = fmt.Errorf("no group %s in the config", g.Promotion.After)
 		return
 	}
-	obj, err := r.Workloads.GetObserved(ctx, ref(leader.Anchor))
+	obj, err := r.Workloads.GetObserved(ctx, leader.Anchor)
 	if err != nil {
 		l.Err = err
 		return
