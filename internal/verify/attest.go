@@ -85,6 +85,11 @@ func compileCondition(expr string) (cel.Program, error) {
 	return prg, nil
 }
 
+// programs caches compiled conditions by their text: a policy's
+// conditions compile once per process, not once per digest (a cel.Program
+// is safe for concurrent use).
+var programs sync.Map // string → cel.Program
+
 // requirements compiles the policy's attestations. CheckTrust compiled
 // them at load, so an error here is a policy that did not go through
 // config.Load.
@@ -93,9 +98,15 @@ func requirements(p *config.VerificationPolicy) ([]requirement, error) {
 	for k, a := range p.Attestations {
 		r := requirement{predicateType: a.PredicateType}
 		for c, expr := range a.Conditions {
-			prg, err := compileCondition(expr)
-			if err != nil {
-				return nil, fmt.Errorf("verification policy %s: attestations[%d].conditions[%d]: %w", p.Name, k, c, err)
+			var prg cel.Program
+			if cached, ok := programs.Load(expr); ok {
+				prg = cached.(cel.Program)
+			} else {
+				var err error
+				if prg, err = compileCondition(expr); err != nil {
+					return nil, fmt.Errorf("verification policy %s: attestations[%d].conditions[%d]: %w", p.Name, k, c, err)
+				}
+				programs.Store(expr, prg)
 			}
 			r.conditions = append(r.conditions, condition{expr: expr, program: prg})
 		}
@@ -261,12 +272,20 @@ func (l *lookup) checkAttestationBundle(data []byte, r requirement) (string, *re
 // sha256-<hex>.att.
 func (l *lookup) legacyAttestations(r requirement, a *Attestation) error {
 	tag := l.ref.Context().Tag(strings.Replace(l.ref.DigestStr(), ":", "-", 1) + ".att")
-	img, err := remote.Image(tag, l.opts...)
-	if err != nil {
-		if notFound(err) {
-			return nil // no legacy attestation
+	if !l.attRead {
+		// Read once for every requirement of the lookup.
+		l.attRead = true
+		img, err := remote.Image(tag, l.opts...)
+		switch {
+		case err == nil:
+			l.att = img
+		case !notFound(err):
+			return fmt.Errorf("read the legacy attestations %s: %w", tag, err)
 		}
-		return fmt.Errorf("read the legacy attestations %s: %w", tag, err)
+	}
+	img := l.att
+	if img == nil {
+		return nil // no legacy attestation
 	}
 	m, err := img.Manifest()
 	if err != nil {

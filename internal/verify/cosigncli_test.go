@@ -303,3 +303,66 @@ func TestCosignCLI_V5_AttestationsMadeByCosignAreRequiredAndJudged(t *testing.T)
 		wantAttestation(t, v, err, review, FormatBundle, "", "")
 	})
 }
+
+// The offline commands docs/states/unverified.md gives (sign, attest,
+// verify, verify-attestation), run as written against the test's registry
+// (plus the plain-HTTP flag the page names): each succeeds, and the
+// digest they sign and attest verifies under a policy requiring the scan.
+func TestUnverifiedDoc_V5_TheOfflineCosignCommandsWork(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "states", "unverified.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "<!-- offline-cosign-commands:"
+	_, block, ok := strings.Cut(string(doc), marker)
+	if !ok {
+		t.Fatalf("docs/states/unverified.md has no %q block", marker)
+	}
+	_, block, _ = strings.Cut(block, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	var commands [][]string
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		args := strings.Fields(line)
+		if len(args) < 2 || args[0] != "cosign" {
+			t.Fatalf("not a cosign command in the block: %q", line)
+		}
+		commands = append(commands, args[1:])
+	}
+	want := []string{"sign", "attest", "verify", "verify-attestation"}
+	if len(commands) != len(want) {
+		t.Fatalf("want the commands %v, got %v", want, commands)
+	}
+
+	f := newCosignFixture(t)
+	d := f.pushImage("documented")
+	p := f.policy(t, cosignVulnCondition)
+	// Before the commands: held, the scan missing (the signature too).
+	if v, err := f.verifyDigest(t, d, p); err != nil || v.Verified {
+		t.Fatalf("before the commands: want unverified, got %s, %v", v, err)
+	}
+	for i, args := range commands {
+		if args[0] != want[i] {
+			t.Fatalf("command %d is cosign %s, want cosign %s", i, args[0], want[i])
+		}
+		var run []string
+		for _, a := range args {
+			switch a {
+			case "REPO@DIGEST":
+				run = append(run, cosignRegistryFlags[0], d.String())
+			case "cosign.key":
+				a = f.release
+			case "cosign.pub":
+				a = f.releasePub
+			case "scan.json":
+				a = f.cleanScan
+			}
+			if a != "REPO@DIGEST" {
+				run = append(run, a)
+			}
+		}
+		f.cli.MustRun(t, run...)
+	}
+	v, err := f.verifyDigest(t, d, p)
+	wantVerified(t, v, err, FormatBundle, f.releasePub)
+	wantAttestation(t, v, err, vuln, FormatBundle, "", "")
+}

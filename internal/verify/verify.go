@@ -277,6 +277,10 @@ type lookup struct {
 	// (a signature or an attestation); then legacy manifests are not
 	// looked at, as with cosign.
 	sawBundle bool
+	// att is the legacy .att manifest (nil: none), read once (attRead)
+	// for every required attestation.
+	att     v1.Image
+	attRead bool
 }
 
 // keyNames lists the policy's keys with their hints, for a wrong-key
