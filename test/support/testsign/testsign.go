@@ -325,12 +325,24 @@ func (s Signer) Envelope(statement []byte) ([]byte, error) {
 // predicate type (as cosign attest --new-bundle-format=false writes it).
 func (s Signer) AttachLegacyAttestation(t testing.TB, onto name.Digest, opts []remote.Option, statements ...[]byte) {
 	t.Helper()
+	tag, img, err := s.LegacyAttestation(onto, statements...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, opts...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// LegacyAttestation is the cosign .att manifest for onto and the tag it
+// goes to (AttachLegacyAttestation).
+func (s Signer) LegacyAttestation(onto name.Digest, statements ...[]byte) (name.Tag, v1.Image, error) {
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	for _, st := range statements {
 		env, err := s.Envelope(st)
 		if err != nil {
-			t.Fatal(err)
+			return name.Tag{}, nil, err
 		}
 		var head struct {
 			PredicateType string `json:"predicateType"`
@@ -341,13 +353,10 @@ func (s Signer) AttachLegacyAttestation(t testing.TB, onto name.Digest, opts []r
 			Annotations: map[string]string{legacyPredicateAnnotation: head.PredicateType},
 		})
 		if err != nil {
-			t.Fatal(err)
+			return name.Tag{}, nil, err
 		}
 	}
-	tag := onto.Context().Tag(strings.Replace(onto.DigestStr(), ":", "-", 1) + ".att")
-	if err := remote.Write(tag, img, opts...); err != nil {
-		t.Fatal(err)
-	}
+	return onto.Context().Tag(strings.Replace(onto.DigestStr(), ":", "-", 1) + ".att"), img, nil
 }
 
 // KeyHint is the public key's id as cosign writes it in a bundle: base64
