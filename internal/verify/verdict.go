@@ -129,6 +129,19 @@ type Verdict struct {
 	Attestations []Attestation
 }
 
+// Unsatisfied lists the predicate types of the required attestations that
+// did not count (V5); nil when none did not, or when the signature itself
+// did not verify (then the attestations were not looked at).
+func (v Verdict) Unsatisfied() []string {
+	var types []string
+	for _, a := range v.Attestations {
+		if !a.Satisfied {
+			types = append(types, a.PredicateType)
+		}
+	}
+	return types
+}
+
 // missing lists the required attestations not satisfied.
 func (v Verdict) missing() (string, bool) {
 	var parts []string

@@ -332,6 +332,9 @@ func TestTick_V5_ASignedPushWhoseScanFailsIsHeldUntilAPassingScanIsAttested(t *t
 	if len(e2e.LogLines(logs, "WARN", d1, "verification policy release", testsign.VulnPredicate, "condition-failed", condition)) == 0 {
 		t.Errorf("no WARN line naming %s, the predicate type and the failed condition:\n%s", d1, logs)
 	}
+	if fix := "attest " + e.Repo("api") + "@" + d1 + " with " + testsign.VulnPredicate; !strings.Contains(logs, fix) {
+		t.Errorf("the remediation does not say %q:\n%s", fix, logs)
+	}
 	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
 		if got := e.Image(w[0], w[1]); got != onTag+"@"+d0 {
 			t.Errorf("%s/%s moved to %s, want it held on %s", w[0], w[1], got, d0)
