@@ -16,7 +16,7 @@ export GOTOOLCHAIN := go1.27.3
 LOCALCLUSTER := bin/localcluster
 FUZZTIME ?= 10s
 
-.PHONY: all build test vet vulncheck fuzz demo cluster-bin argo-rollouts cluster-up cluster-down cluster-node-down cluster-node-up cluster-node-cache clean
+.PHONY: all build test vet vulncheck fuzz demo cluster-bin argo-rollouts cosign cluster-up cluster-down cluster-node-down cluster-node-up cluster-node-cache clean
 
 all: build
 
@@ -36,6 +36,12 @@ cluster-bin:
 # module into the cluster cache (about 10 minutes cold; a no-op once built).
 argo-rollouts:
 	@hack/build-argo-rollouts.sh >/dev/null
+
+# The real cosign CLI of the V1 and V5 tests (image-refresh and cosign
+# agree), built from its released module into the cluster cache (about 8
+# minutes cold on 2 cores; a no-op once built).
+cosign:
+	@hack/build-cosign.sh >/dev/null
 
 # The main job, narrated, on a local cluster and registry of its own (about
 # a minute once the cluster binaries are built). Its steps 7 and 8 run on a real
@@ -68,7 +74,7 @@ real-node-deps:
 # (on one fuzz worker each, so that the areas keep the other core);
 # govulncheck, single-threaded, runs beside both and prints when done.
 E2E_AREAS := ./test/e2e/run ./test/e2e/admission ./test/e2e/tick ./test/e2e/discovery
-test: cluster-bin argo-rollouts real-node-deps vet distribution promtool
+test: cluster-bin argo-rollouts cosign real-node-deps vet distribution promtool
 	@areas=$$($(GO) list $(E2E_AREAS)) && pids=() && \
 	{ { out=$$($(MAKE) -s vulncheck 2>&1); rc=$$?; printf '%s\n' "$$out"; exit $$rc; } & pids+=($$!); } && \
 	{ { $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -vxF "$$areas") && $(MAKE) -s fuzz FUZZPARALLEL=1; } & pids+=($$!); } && \

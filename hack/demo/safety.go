@@ -19,10 +19,11 @@ import (
 // onFailedRollout: rollback.
 var checkout = target{"Deployment", "checkout", "app", "checkout"}
 
-// 8. V1 and V2 on the real node: an unsigned push is held, a signed build
-// that crashes is rolled back.
+// 8. V1, V5 and V2 on the real node: an unsigned push is held, a signed
+// push whose scan attestation reports criticals is held, a signed and
+// scanned build that crashes is rolled back.
 func (d *demo) stepSafety() {
-	d.step(8, nSteps, "Only signed builds move, and a broken one is rolled back")
+	d.step(8, nSteps, "Only signed, clean-scanned builds move, and a broken one is rolled back")
 	if d.cluster.Real == nil {
 		d.say("skipped: `make demo REAL_NODES=0` started no real node.")
 		return
@@ -43,6 +44,9 @@ verification:
   - name: release
     repositories: ["%s"]
     cosign: {publicKeys: [%s]}
+    attestations:
+      - predicateType: %s
+        conditions: ['%s']
 groups:
   - name: checkout
     onFailedRollout: rollback
@@ -53,11 +57,13 @@ groups:
         tag: %s
         targets:
           - {kind: Deployment, namespace: %s, name: checkout, container: app}
-`, prefix, d.nodeReg, repo, keyFile, namespace, repo, tag, namespace)), 0o644), "write "+cfg)
-	d.say("A config of its own (%s): only builds signed with release.pub (a cosign key made now) move,", filepath.Base(cfg))
-	d.say("and a rollout that fails is rolled back (onFailedRollout: rollback). Build A, signed:")
+`, prefix, d.nodeReg, repo, keyFile, testsign.VulnPredicate, noCriticals, namespace, repo, tag, namespace)), 0o644), "write "+cfg)
+	d.say("A config of its own (%s): only builds signed with release.pub (a cosign key made now), with a signed", filepath.Base(cfg))
+	d.say("vulnerability scan that found no critical (%s), move,", noCriticals)
+	d.say("and a rollout that fails is rolled back (onFailedRollout: rollback). Build A, signed and scanned clean:")
 	a := d.pushBuild(checkout.image, "A")
 	d.sign(key, repo, a)
+	d.scan(key, repo, a, 0)
 	d.createApp(checkout, repo+":"+tag)
 	d.appPod(checkout)
 	d.tickWith(cfg, 0)
@@ -75,9 +81,21 @@ groups:
 	d.wantImage(checkout, repo+":"+tag+"@"+a)
 	d.ok("held: B did not verify (no signature found), checkout stays on A; exit 1 and an Event say so")
 
+	d.say("Build D is signed, but its signed scan found 2 criticals:")
+	dd := d.pushBuild(checkout.image, "D")
+	d.sign(key, repo, dd)
+	d.scan(key, repo, dd, 2)
+	logs = d.tickWith(cfg, 1)
+	if !strings.Contains(logs, dd) || !strings.Contains(logs, "condition-failed") || !strings.Contains(logs, noCriticals) {
+		d.failf("the tick does not say %s's scan failed its condition", short(dd))
+	}
+	d.wantImage(checkout, repo+":"+tag+"@"+a)
+	d.ok("held: D's scan attestation fails %q, checkout stays on A", noCriticals)
+
 	d.say("Build C is signed, but its container exits 1 at once:")
 	c := d.pushCrashing(checkout.image, "C")
 	d.sign(key, repo, c)
+	d.scan(key, repo, c, 0)
 	logs = d.tickWith(cfg, 1)
 	if !strings.Contains(logs, "rolled back to the recorded digest "+a) {
 		d.failf("the tick does not say it rolled C back to A")
@@ -99,6 +117,22 @@ func (d *demo) sign(key testsign.Signer, repo, digest string) {
 	d.must(err, "sign "+digest)
 	d.must(remote.Write(tagRef, img, remote.WithContext(d.ctx)), "push the signature of "+digest)
 	d.ok("signed %s with release.key (a cosign signature at %s)", short(digest), tagRef.TagStr()[:19]+"….sig")
+}
+
+// noCriticals is step 8's condition on the scan (V5).
+const noCriticals = "predicate.scanner.result.summary.critical == 0"
+
+// scan attests a vulnerability scan of digest with critical findings, as
+// cosign attest --type vuln --new-bundle-format=false pushes it.
+func (d *demo) scan(key testsign.Signer, repo, digest string, critical int) {
+	ref, err := name.NewDigest(repo+"@"+digest, name.Insecure)
+	d.must(err, "name "+digest)
+	st := testsign.AttestationStatement(ref, testsign.VulnPredicate, map[string]any{"scanner": map[string]any{
+		"uri": "pkg:github/aquasecurity/trivy", "result": map[string]any{"summary": map[string]any{"critical": critical}}}})
+	tagRef, img, err := key.LegacyAttestation(ref, st)
+	d.must(err, "attest the scan of "+digest)
+	d.must(remote.Write(tagRef, img, remote.WithContext(d.ctx)), "push the scan attestation of "+digest)
+	d.ok("attested a scan of %s with %d critical(s) (a signed in-toto statement at %s)", short(digest), critical, tagRef.TagStr()[:19]+"….att")
 }
 
 // pushCrashing publishes a build whose container exits 1 at once.

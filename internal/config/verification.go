@@ -24,6 +24,23 @@ type VerificationPolicy struct {
 	Repositories []string        `yaml:"repositories"`
 	Cosign       *CosignPolicy   `yaml:"cosign,omitempty"`
 	Notation     *NotationPolicy `yaml:"notation,omitempty"`
+	// Attestations are the in-toto attestations a digest needs besides
+	// its signature (V5), each signed under the policy's cosign trust.
+	Attestations []AttestationPolicy `yaml:"attestations,omitempty"`
+}
+
+// AttestationPolicy is one attestation a verification policy requires
+// (V5): a DSSE in-toto statement of PredicateType about the digest, signed
+// under the policy's cosign trust, whose predicate meets every condition.
+type AttestationPolicy struct {
+	// PredicateType is the statement's predicateType, exactly (e.g.
+	// https://slsa.dev/provenance/v1).
+	PredicateType string `yaml:"predicateType"`
+	// Conditions are CEL expressions over the variable predicate (the
+	// statement's predicate as JSON); each must evaluate to true. The
+	// Checker of internal/verify compiles them at load (config links no
+	// CEL).
+	Conditions []string `yaml:"conditions,omitempty"`
 }
 
 // NotationPolicy is Notation verification: a digest is verified when a
@@ -106,6 +123,15 @@ func (p *VerificationPolicy) Fingerprint() string {
 		if p.Notation.Revocation {
 			h.Write([]byte("revocation"))
 		}
+	}
+	// V5: a digest verified without an attestation, or under other
+	// conditions, is looked up again once they change.
+	for _, a := range p.Attestations {
+		fmt.Fprintf(h, "attestation %q", a.PredicateType)
+		for _, c := range a.Conditions {
+			fmt.Fprintf(h, " %q", c)
+		}
+		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
@@ -217,6 +243,18 @@ func (d *decoder) verificationPolicy(path string, n *yaml.Node, p *VerificationP
 				"revocation": d.boolean(&p.Notation.Revocation),
 			})
 		},
+		"attestations": func(path string, n *yaml.Node) {
+			d.sequence(path, n, func(path string, item *yaml.Node) {
+				var a AttestationPolicy
+				d.mapping(path, item, map[string]fieldFunc{
+					"predicateType": d.str(&a.PredicateType),
+					"conditions": func(path string, n *yaml.Node) {
+						d.strings(path, n, &a.Conditions)
+					},
+				})
+				p.Attestations = append(p.Attestations, a)
+			})
+		},
 	})
 }
 
@@ -297,6 +335,32 @@ func (v *validator) verification(policies []VerificationPolicy) {
 			}
 		}
 		v.verifier(i, p)
+		v.attestations(i, p)
+	}
+}
+
+// attestations checks what can be checked of V5's requirements without
+// CEL; internal/verify.CheckTrust compiles the conditions.
+func (v *validator) attestations(i int, p VerificationPolicy) {
+	if len(p.Attestations) > 0 && p.Cosign == nil {
+		v.policyErrorf(i, p.Name, "attestations", "attestations are verified with the policy's cosign keys or keyless identities: give cosign")
+	}
+	types := map[string]int{}
+	for k, a := range p.Attestations {
+		field := fmt.Sprintf("attestations[%d]", k)
+		if a.PredicateType == "" {
+			v.policyErrorf(i, p.Name, field+".predicateType", "missing: the in-toto predicate type, e.g. https://slsa.dev/provenance/v1")
+			continue
+		}
+		if j, dup := types[a.PredicateType]; dup {
+			v.policyErrorf(i, p.Name, field+".predicateType", "%s is required twice (also attestations[%d]): put all its conditions in one", a.PredicateType, j)
+		}
+		types[a.PredicateType] = k
+		for c, cond := range a.Conditions {
+			if strings.TrimSpace(cond) == "" {
+				v.policyErrorf(i, p.Name, fmt.Sprintf("%s.conditions[%d]", field, c), "empty condition")
+			}
+		}
 	}
 }
 

@@ -317,3 +317,54 @@ func TestParse_V1_NotationRevocationIsOffUnlessTurnedOn(t *testing.T) {
 		t.Errorf("revocation: maybe: got %v, want an error naming the field", err)
 	}
 }
+
+// V5: what can be checked of a policy's attestations without CEL (the
+// conditions compile in internal/verify's Checker,
+// TestCheckTrust_V5_…): each names a predicate type, once, under a cosign
+// policy, with no empty condition; a good one parses.
+func TestParse_V5_RejectsEveryInvalidAttestationNamingThePolicyAndField(t *testing.T) {
+	policy := func(body string) string {
+		return "verification:\n  - name: release\n    repositories: [registry.example.com/acme/*]\n" + body + group
+	}
+	c, err := Parse([]byte(policy("    cosign: {publicKeys: [a.pub]}\n    attestations:\n"+
+		"      - {predicateType: https://slsa.dev/provenance/v1, conditions: ['predicate.x == 1']}\n"+
+		"      - {predicateType: https://cosign.sigstore.dev/attestation/vuln/v1}\n")), "v5.yaml")
+	if err != nil {
+		t.Fatalf("a good policy: %v", err)
+	}
+	if a := c.Verification[0].Attestations; len(a) != 2 || a[0].Conditions[0] != "predicate.x == 1" || a[1].PredicateType != "https://cosign.sigstore.dev/attestation/vuln/v1" {
+		t.Fatalf("attestations not read: %+v", a)
+	}
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"an attestation without a predicate type is rejected",
+			policy("    cosign: {publicKeys: [a.pub]}\n    attestations: [{conditions: ['true']}]\n"),
+			"verification[0] (release).attestations[0].predicateType: missing"},
+		{"a predicate type required twice is rejected",
+			policy("    cosign: {publicKeys: [a.pub]}\n    attestations: [{predicateType: x}, {predicateType: x}]\n"),
+			"verification[0] (release).attestations[1].predicateType: x is required twice (also attestations[0])"},
+		{"an empty condition is rejected",
+			policy("    cosign: {publicKeys: [a.pub]}\n    attestations: [{predicateType: x, conditions: [' ']}]\n"),
+			"verification[0] (release).attestations[0].conditions[0]: empty condition"},
+		{"attestations under a notation policy are rejected",
+			policy("    notation: {certificates: [ca.pem]}\n    attestations: [{predicateType: x}]\n"),
+			"verification[0] (release).attestations: attestations are verified with the policy's cosign keys or keyless identities: give cosign"},
+		{"an unknown key in an attestation is rejected with its path",
+			policy("    cosign: {publicKeys: [a.pub]}\n    attestations: [{predicateType: x, condition: 'true'}]\n"),
+			`verification[0].attestations[0]: unknown key "condition"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml), "v5.yaml")
+			if c != nil || err == nil {
+				t.Fatalf("want no config and an error, got %+v, %v", c, err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q lacks %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package pass
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -53,6 +54,7 @@ func (r *Runner) signatures(ctx context.Context, policy *config.VerificationPoli
 		return refresh.Verification{}, fmt.Errorf("look up the signatures of %s@%s (verification policy %s): %w", img.Repository, digest, policy.Name, err)
 	}
 	want.Verified, want.Verdict = verdict.Verified, verdict.String()
+	want.Attestations = strings.Join(verdict.Unsatisfied(), ", ")
 	prev := e
 	e = signedEntry{v: want}
 	if verdict.Verified {

@@ -42,7 +42,7 @@ func TestRefresh_ImportsNoKubernetesClientNoRegistryClientAndNoCrypto(t *testing
 	}
 	forbidden := []string{
 		"github.com/google/go-containerregistry/pkg/v1/remote", "net/http",
-		"github.com/sigstore/", "github.com/notaryproject/",
+		"github.com/sigstore/", "github.com/notaryproject/", "github.com/google/cel-go", "github.com/secure-systems-lab/",
 		"crypto/x509", "crypto/ecdsa", "crypto/rsa", "crypto/ed25519", "crypto/tls",
 	}
 	for _, p := range deps {

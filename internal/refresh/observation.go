@@ -200,6 +200,9 @@ type Verification struct {
 	// Memo is what the anchor keeps for a verified digest that is not the
 	// record yet (state.Keys.Verified): policy, key fingerprint, digest.
 	Memo string
+	// Attestations names the required attestations (predicate types, V5)
+	// that did not count, when the signature itself verified; "" else.
+	Attestations string
 }
 
 // Revert is one write that changed a workload's container images, as the

@@ -55,6 +55,11 @@ func (d *decision) unverifiedFinding(img config.Image, v Verification, held stri
 		img.Repository, img.Tag, v.Digest, v.Policy, v.Verdict, held)
 	rem := fmt.Sprintf("sign %s@%s with a key or identity of verification policy %s (or publish a signed build under the tag); if the signature is right, check the policy's keys",
 		img.Repository, v.Digest, v.Policy)
+	if v.Attestations != "" {
+		// V5: signed, but an attestation is missing or fails a condition.
+		rem = fmt.Sprintf("attest %s@%s with %s, signed with a key or identity of verification policy %s and meeting its conditions (or publish a build that does); see docs/config.md#attestations",
+			img.Repository, v.Digest, v.Attestations, v.Policy)
+	}
 	return Finding{Severity: SeverityWarn, Reason: ReasonDigestUnverified, Image: img.Name, NeedsHuman: true, Message: msg, Remediation: rem}
 }
 

@@ -78,6 +78,20 @@ func TestDecide_V1_OnlyAVerifiedDigestIsRecordedOrPinned(t *testing.T) {
 				},
 			},
 		},
+		"a signed new digest lacking a required attestation holds, the remediation naming it (V5)": {
+			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, pinned(dA)),
+				func(o *Observation) {
+					unverified("api", dB, "attestation https://cosign.sigstore.dev/attestation/vuln/v1: 1 rejected: condition-failed")(o)
+					v := o.Verification["api"]
+					v.Attestations = "https://cosign.sigstore.dev/attestation/vuln/v1"
+					o.Verification["api"] = v
+				}),
+			want: want{rows: unverifiedRows, findings: unverifiedFinding},
+			also: func(t *testing.T, p *Plan) {
+				contains(t, "finding", p.Findings[0].Message, "condition-failed")
+				contains(t, "remediation", p.Findings[0].Remediation, "attest docker.io/acme/api@"+dB+" with https://cosign.sigstore.dev/attestation/vuln/v1")
+			},
+		},
 		"a verified new digest rolls, and the verification is kept on the anchor until the record moves": {
 			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, pinned(dA)), verified("api", dB)),
 			want: want{

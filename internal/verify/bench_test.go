@@ -48,29 +48,94 @@ func BenchmarkVerify_V1(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			f := newFixture(b, true)
-			p := c.sign(b, f)
-			f.reg.ResetRequests()
-			durations := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				v, err := f.verify(p)
-				durations = append(durations, time.Since(start))
-				if err != nil || v.Verified != c.verify {
-					b.Fatalf("got %s, %v", v, err)
-				}
-			}
-			b.StopTimer()
-			gets := 0
-			for _, r := range f.reg.Requests() {
-				if r.Method == http.MethodGet && r.Path != "/v2/" {
-					gets++
-				}
-			}
-			slices.Sort(durations)
-			b.ReportMetric(float64(durations[len(durations)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds()), "p99-µs")
-			b.ReportMetric(float64(gets)/float64(b.N), "GETs/op")
+			measure(b, f, c.sign(b, f), c.verify)
+		})
+	}
+}
+
+// measure runs one Verify per op and reports p50/p99 latency and the
+// registry GETs per lookup.
+func measure(b *testing.B, f *fixture, p *config.VerificationPolicy, verified bool) {
+	f.reg.ResetRequests()
+	durations := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		v, err := f.verify(p)
+		durations = append(durations, time.Since(start))
+		if err != nil || v.Verified != verified {
+			b.Fatalf("got %s, %v", v, err)
+		}
+	}
+	b.StopTimer()
+	gets := 0
+	for _, r := range f.reg.Requests() {
+		if r.Method == http.MethodGet && r.Path != "/v2/" {
+			gets++
+		}
+	}
+	slices.Sort(durations)
+	b.ReportMetric(float64(durations[len(durations)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(durations[len(durations)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(gets)/float64(b.N), "GETs/op")
+}
+
+// BenchmarkVerify_V5 is what required attestations add to a new digest's
+// lookup: the signature alone, then with one and two attestations (SLSA
+// provenance and a vulnerability scan, each with a CEL condition), as
+// bundles and in the legacy format (docs/performance.md).
+//
+//	go test -run '^$' -bench BenchmarkVerify_V5 ./internal/verify
+func BenchmarkVerify_V5(b *testing.B) {
+	one := func(key signer) *config.VerificationPolicy {
+		p := attestPolicy(key)
+		p.Attestations = p.Attestations[1:]
+		return p
+	}
+	cases := []struct {
+		name string
+		sign func(b *testing.B, f *fixture) *config.VerificationPolicy
+	}{
+		{"bundle, signature only", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			key := newSigner(b, "cosign.pub")
+			key.SignBundle(b, f.digest, f.opts...)
+			key.Attest(b, f.digest, slsa, fromOurRepo, f.opts...)
+			key.Attest(b, f.digest, vuln, scanClean, f.opts...)
+			return policyOf(key)
+		}},
+		{"bundle, one attestation", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			key := newSigner(b, "cosign.pub")
+			key.SignBundle(b, f.digest, f.opts...)
+			key.Attest(b, f.digest, slsa, fromOurRepo, f.opts...)
+			key.Attest(b, f.digest, vuln, scanClean, f.opts...)
+			return one(key)
+		}},
+		{"bundle, two attestations", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			key := newSigner(b, "cosign.pub")
+			key.SignBundle(b, f.digest, f.opts...)
+			key.Attest(b, f.digest, slsa, fromOurRepo, f.opts...)
+			key.Attest(b, f.digest, vuln, scanClean, f.opts...)
+			return attestPolicy(key)
+		}},
+		{"legacy, signature only", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			key := newSigner(b, "cosign.pub")
+			f.attachLegacy(f.digest, key, legacyPayload(f.digest))
+			key.AttachLegacyAttestation(b, f.digest, f.opts,
+				testsign.AttestationStatement(f.digest, slsa, fromOurRepo), testsign.AttestationStatement(f.digest, vuln, scanClean))
+			return policyOf(key)
+		}},
+		{"legacy, two attestations", func(b *testing.B, f *fixture) *config.VerificationPolicy {
+			key := newSigner(b, "cosign.pub")
+			f.attachLegacy(f.digest, key, legacyPayload(f.digest))
+			key.AttachLegacyAttestation(b, f.digest, f.opts,
+				testsign.AttestationStatement(f.digest, slsa, fromOurRepo), testsign.AttestationStatement(f.digest, vuln, scanClean))
+			return attestPolicy(key)
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			f := newFixture(b, true)
+			measure(b, f, c.sign(b, f), true)
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -54,6 +55,8 @@ type statement struct {
 		Name   string            `json:"name"`
 		Digest map[string]string `json:"digest"`
 	} `json:"subject"`
+	// Predicate is what V5's conditions read; V1 ignores it.
+	Predicate json.RawMessage `json:"predicate"`
 }
 
 // parseBundle reads a Sigstore bundle (JSON) and says whether it is an
@@ -62,37 +65,25 @@ type statement struct {
 // signature over want. It never trusts the bundle: the signature is checked
 // after, with the policy's keys.
 func parseBundle(data []byte, want v1.Hash) (*bundle.Bundle, *rejection) {
-	var b bundle.Bundle
-	if err := b.UnmarshalJSON(data); err != nil {
-		return nil, reject(Malformed, "not a Sigstore bundle: %v", err)
+	b, r := decodeBundle(data)
+	if r != nil {
+		return nil, r
 	}
 	if env := b.GetDsseEnvelope(); env != nil {
 		if env.GetPayloadType() != InTotoPayloadType {
 			return nil, reject(NotASignature, "its DSSE payload is %q, not an in-toto statement", env.GetPayloadType())
 		}
-		var st statement
-		if err := json.Unmarshal(env.GetPayload(), &st); err != nil {
-			return nil, reject(Malformed, "its in-toto statement does not parse: %v", err)
-		}
-		if !strings.HasPrefix(st.Type, "https://in-toto.io/Statement/") {
-			return nil, reject(Malformed, "its payload is not an in-toto statement (_type %q)", st.Type)
+		st, r := decodeStatement(env.GetPayload())
+		if r != nil {
+			return nil, r
 		}
 		if st.PredicateType != SignPredicateType {
 			return nil, reject(NotASignature, "%s", describePredicate(st.PredicateType))
 		}
-		var named []string
-		for _, s := range st.Subject {
-			for alg, h := range s.Digest {
-				if alg == want.Algorithm && strings.EqualFold(h, want.Hex) {
-					return &b, nil
-				}
-				named = append(named, alg+":"+h)
-			}
+		if r := st.about(want); r != nil {
+			return nil, r
 		}
-		if len(named) == 0 {
-			return nil, reject(Malformed, "its statement has no subject digest")
-		}
-		return nil, reject(OtherDigest, "its statement's subject is %s", strings.Join(named, ", "))
+		return b, nil
 	}
 	if ms := b.GetMessageSignature(); ms != nil {
 		md := ms.GetMessageDigest()
@@ -103,9 +94,47 @@ func parseBundle(data []byte, want v1.Hash) (*bundle.Bundle, *rejection) {
 		if got != want.String() {
 			return nil, reject(OtherDigest, "it signs the message digest %s", got)
 		}
-		return &b, nil
+		return b, nil
 	}
 	return nil, reject(Malformed, "it holds neither a DSSE envelope nor a message signature")
+}
+
+func decodeBundle(data []byte) (*bundle.Bundle, *rejection) {
+	var b bundle.Bundle
+	if err := b.UnmarshalJSON(data); err != nil {
+		return nil, reject(Malformed, "not a Sigstore bundle: %v", err)
+	}
+	return &b, nil
+}
+
+// decodeStatement reads an in-toto statement (a DSSE payload).
+func decodeStatement(payload []byte) (*statement, *rejection) {
+	var st statement
+	if err := json.Unmarshal(payload, &st); err != nil {
+		return nil, reject(Malformed, "its in-toto statement does not parse: %v", err)
+	}
+	if !strings.HasPrefix(st.Type, "https://in-toto.io/Statement/") {
+		return nil, reject(Malformed, "its payload is not an in-toto statement (_type %q)", st.Type)
+	}
+	return &st, nil
+}
+
+// about says whether want is one of the statement's subjects.
+func (st *statement) about(want v1.Hash) *rejection {
+	var named []string
+	for _, s := range st.Subject {
+		for alg, h := range s.Digest {
+			if alg == want.Algorithm && strings.EqualFold(h, want.Hex) {
+				return nil
+			}
+			named = append(named, alg+":"+h)
+		}
+	}
+	if len(named) == 0 {
+		return reject(Malformed, "its statement has no subject digest")
+	}
+	slices.Sort(named)
+	return reject(OtherDigest, "its statement's subject is %s", strings.Join(named, ", "))
 }
 
 // messageDigest spells a bundle's message digest as an OCI digest.

@@ -31,6 +31,7 @@ func CheckTrust(c *config.Config, report func(named, plain, msg string)) {
 				}
 			}
 		}
+		checkAttestations(i, p, report)
 		if p.Cosign == nil {
 			continue
 		}

@@ -115,3 +115,65 @@ func TestCheckTrust_V1_ParsesEveryPolicysTrustMaterialAtItsField(t *testing.T) {
 }
 
 func big1() *big.Int { return big.NewInt(1) }
+
+// V5: a policy's conditions compile at load (CheckTrust, config's
+// Checker): a good one loads; one that is not CEL, one over an undeclared
+// variable and one that is not a bool fail, each named by the policy, the
+// attestation and the condition, with its line in the file and its column
+// in the expression.
+func TestCheckTrust_V5_ABadConditionIsAConfigErrorNamingThePolicyTheAttestationAndTheColumn(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := writeFile(t, dir, "release.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	configFile := func(provenance, scan string) string {
+		return writeFile(t, dir, "config.yaml", []byte(`verification:
+  - name: release
+    repositories: ["registry.example.com/acme/*"]
+    cosign: {publicKeys: [`+pub+`]}
+    attestations:
+      - predicateType: https://slsa.dev/provenance/v1
+        conditions:
+          - '`+provenance+`'
+      - predicateType: https://cosign.sigstore.dev/attestation/vuln/v1
+        conditions: ['predicate.scanner.uri != ""', '`+scan+`']
+`+trustGroup))
+	}
+	c, err := config.Load(configFile(`predicate.buildDefinition.externalParameters.workflow.repository == "https://github.com/acme/api"`,
+		`predicate.scanner.result.summary.critical == 0`), verify.CheckTrust)
+	if err != nil {
+		t.Fatalf("good conditions: %v", err)
+	}
+	if got := c.Verification[0].Attestations; len(got) != 2 || len(got[1].Conditions) != 2 {
+		t.Fatalf("the attestations were not read: %+v", got)
+	}
+
+	c, err = config.Load(configFile(`predicate.buildDefinition ==`, `predicat.scanner.result.summary.critical + 1`), verify.CheckTrust)
+	if c != nil || err == nil {
+		t.Fatalf("bad conditions loaded: %+v, %v", c, err)
+	}
+	for _, want := range []string{
+		"verification[0] (release).attestations[0].conditions[0]: not a valid CEL condition over predicate (https://slsa.dev/provenance/v1): column 29: ",
+		"(line 8)",
+		"verification[0] (release).attestations[1].conditions[1]: not a valid CEL condition over predicate (https://cosign.sigstore.dev/attestation/vuln/v1): column 1: undeclared reference to 'predicat'",
+		"(line 10)",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	_, err = config.Load(configFile(`predicate.buildDefinition.externalParameters.workflow.repository == "x"`, `size(predicate.scanner.result) + 1`), verify.CheckTrust)
+	if err == nil || !strings.Contains(err.Error(), "attestations[1].conditions[1]: not a valid CEL condition over predicate (https://cosign.sigstore.dev/attestation/vuln/v1): column 1: the condition is of type int; it must be a bool") {
+		t.Errorf("a condition that is not a bool: want its error, got %v", err)
+	}
+	// Without the checker, config alone compiles nothing.
+	if _, err := config.Load(configFile(`predicate.buildDefinition ==`, `x`)); err != nil {
+		t.Errorf("config.Load without a Checker compiled the conditions: %v", err)
+	}
+}

@@ -45,7 +45,49 @@ const (
 	Unsupported Reason = "unsupported"
 	// Malformed: the signature or its envelope cannot be read.
 	Malformed Reason = "malformed"
+	// BesideBundle: a legacy signature or attestation (.sig, .att) of a
+	// digest that has Sigstore bundles among its referrers is not looked
+	// at: then only bundles count, as with cosign verify and cosign
+	// verify-attestation.
+	BesideBundle Reason = "beside-a-bundle"
+	// OtherPredicate: an attestation of another predicate type than the
+	// one required (V5).
+	OtherPredicate Reason = "other-predicate-type"
+	// ConditionFailed: a signed attestation of the required type whose
+	// predicate does not meet a condition of the policy (V5).
+	ConditionFailed Reason = "condition-failed"
 )
+
+// FormatLegacyAttestation is a layer of the manifest at the tag
+// sha256-<hex>.att (cosign before v3, or cosign attest
+// --new-bundle-format=false): a DSSE envelope of an in-toto statement.
+const FormatLegacyAttestation Format = "legacy-attestation"
+
+// Attestation is what became of one attestation a policy requires (V5).
+type Attestation struct {
+	PredicateType string
+	// Satisfied: a statement of PredicateType about the digest, signed
+	// under the policy's trust, met every condition; By is it.
+	Satisfied bool
+	By        Signature
+	// Rejected lists every statement looked at that did not count. Empty
+	// with Satisfied false: none of this predicate type was found.
+	Rejected []Signature
+}
+
+func (a Attestation) String() string {
+	if a.Satisfied {
+		return fmt.Sprintf("attestation %s: %s %s verified with %s", a.PredicateType, a.By.Format, a.By.Source, a.By.Key)
+	}
+	if len(a.Rejected) == 0 {
+		return fmt.Sprintf("attestation %s: missing (none found)", a.PredicateType)
+	}
+	parts := make([]string, len(a.Rejected))
+	for i, s := range a.Rejected {
+		parts[i] = fmt.Sprintf("%s %s: %s (%s)", s.Format, s.Source, s.Reason, s.Detail)
+	}
+	return fmt.Sprintf("attestation %s: %d rejected: %s", a.PredicateType, len(a.Rejected), strings.Join(parts, "; "))
+}
 
 // Signature is one signature found for a digest, and what became of it.
 type Signature struct {
@@ -81,12 +123,48 @@ type Verdict struct {
 	// Rejected lists every signature looked at that did not verify, in the
 	// order found. Empty with Verified false: no signature was found.
 	Rejected []Signature
+	// Attestations are the policy's required attestations (V5), looked
+	// up once the signature verified; Verified is false unless every one
+	// is Satisfied.
+	Attestations []Attestation
+}
+
+// Unsatisfied lists the predicate types of the required attestations that
+// did not count (V5); nil when none did not, or when the signature itself
+// did not verify (then the attestations were not looked at).
+func (v Verdict) Unsatisfied() []string {
+	var types []string
+	for _, a := range v.Attestations {
+		if !a.Satisfied {
+			types = append(types, a.PredicateType)
+		}
+	}
+	return types
+}
+
+// missing lists the required attestations not satisfied.
+func (v Verdict) missing() (string, bool) {
+	var parts []string
+	for _, a := range v.Attestations {
+		if !a.Satisfied {
+			parts = append(parts, a.String())
+		}
+	}
+	return strings.Join(parts, "; "), len(parts) > 0
 }
 
 // String is the verdict in one line for a log, an Event or a status row.
 func (v Verdict) String() string {
+	if a, ok := v.missing(); ok && v.By.Reason == "" && v.By.Key != "" {
+		// The signature verified; an attestation is missing or failed.
+		return fmt.Sprintf("%s unverified by policy %s: %s (its %s)", v.Digest, v.Policy, a, v.By)
+	}
 	if v.Verified {
-		return fmt.Sprintf("%s verified by policy %s: %s", v.Digest, v.Policy, v.By)
+		s := fmt.Sprintf("%s verified by policy %s: %s", v.Digest, v.Policy, v.By)
+		for _, a := range v.Attestations {
+			s += "; " + a.String()
+		}
+		return s
 	}
 	if len(v.Rejected) == 0 {
 		return fmt.Sprintf("%s unverified by policy %s: no signature found", v.Digest, v.Policy)

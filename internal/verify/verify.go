@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
@@ -88,21 +89,85 @@ func Verify(ctx context.Context, ref name.Digest, policy *config.VerificationPol
 	if err != nil {
 		return v, err
 	}
+	reqs, err := requirements(policy)
+	if err != nil {
+		return v, err
+	}
 	l := &lookup{ctx: ctx, ref: ref, want: want, keys: keys, keyless: kl, opts: opts, verdict: &v}
+	if l.index, err = l.referrers(); err != nil {
+		return v, err
+	}
 	if err := l.bundles(); err != nil {
 		return v, err
 	}
-	if !v.Verified {
+	switch {
+	case v.Verified:
+	case l.sawBundle:
+		// One rule for both formats, cosign's: a digest with bundles is
+		// judged by its bundles; a legacy .sig beside them is not looked
+		// at (cosign verify does not fall back to it either).
+		if err := l.legacyBesideBundle(".sig", FormatLegacy); err != nil {
+			return v, err
+		}
+	default:
 		if err := l.legacy(); err != nil {
+			return v, err
+		}
+	}
+	if !v.Verified || len(reqs) == 0 {
+		return v, nil
+	}
+	// V5: the signature verified; every required attestation must too.
+	for _, r := range reqs {
+		a, err := l.attestation(r)
+		if err != nil {
+			return v, err
+		}
+		v.Attestations = append(v.Attestations, a)
+		if !a.Satisfied {
+			v.Verified = false
+		}
+	}
+	if _, missing := v.missing(); missing && l.sawBundle {
+		if err := l.legacyBesideBundle(".att", FormatLegacyAttestation); err != nil {
 			return v, err
 		}
 	}
 	return v, nil
 }
 
+// legacyBesideBundle notes a legacy manifest (suffix .sig or .att) that
+// is not looked at because the digest has bundles: a HEAD, so that the
+// verdict says why a legacy signature that cosign would also ignore did
+// not count.
+func (l *lookup) legacyBesideBundle(suffix string, f Format) error {
+	tag := l.ref.Context().Tag(strings.Replace(l.ref.DigestStr(), ":", "-", 1) + suffix)
+	if _, err := remote.Head(tag, l.opts...); err != nil {
+		if notFound(err) {
+			return nil
+		}
+		return fmt.Errorf("look for the legacy manifest %s: %w", tag, err)
+	}
+	r := reject(BesideBundle, "not looked at: the digest has Sigstore bundles among its referrers, and then only bundles count (as with cosign verify and cosign verify-attestation)")
+	if f == FormatLegacy {
+		l.rejected(f, tag.TagStr(), r)
+		return nil
+	}
+	for i := range l.verdict.Attestations {
+		a := &l.verdict.Attestations[i]
+		if !a.Satisfied {
+			a.Rejected = append(a.Rejected, Signature{Format: f, Source: tag.TagStr(), Reason: r.reason, Detail: r.detail})
+		}
+	}
+	return nil
+}
+
 // key is one public key of the policy, ready for both formats.
 type key struct {
 	file string
+	// hint is the key's id as cosign writes it in a bundle's key hint:
+	// base64 of the SHA-256 of its PKIX DER.
+	hint string
 	// bundles verifies Sigstore bundles: the key is the only trusted
 	// material, whatever key hint a bundle carries.
 	bundles *sgverify.Verifier
@@ -154,7 +219,8 @@ func newTrust(policy *config.VerificationPolicy) ([]key, *keyless, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("verification policy %s: key %s: %w", policy.Name, k.File, err)
 		}
-		keys = append(keys, key{file: k.File, bundles: bv, legacy: lv})
+		sum := sha256.Sum256(k.DER)
+		keys = append(keys, key{file: k.File, hint: base64.StdEncoding.EncodeToString(sum[:]), bundles: bv, legacy: lv})
 	}
 	if len(policy.Cosign.Keyless) == 0 {
 		return keys, nil, nil
@@ -204,6 +270,35 @@ type lookup struct {
 	notary  notation.Verifier
 	opts    []remote.Option
 	verdict *Verdict
+	// index is the digest's referrers, listed once for the signature and
+	// the attestations.
+	index *v1.IndexManifest
+	// sawBundle: the digest has a Sigstore bundle among its referrers
+	// (a signature or an attestation); then legacy manifests are not
+	// looked at, as with cosign.
+	sawBundle bool
+	// att is the legacy .att manifest (nil: none), read once (attRead)
+	// for every required attestation.
+	att     v1.Image
+	attRead bool
+}
+
+// keyNames lists the policy's keys with their hints, for a wrong-key
+// reason.
+func (l *lookup) keyNames() string {
+	names := make([]string, len(l.keys))
+	for i, k := range l.keys {
+		names[i] = fmt.Sprintf("%s (key hint %s)", k.file, k.hint)
+	}
+	return strings.Join(names, ", ")
+}
+
+// bundleCandidate says whether the referrer d may be a cosign bundle.
+func bundleCandidate(d v1.Descriptor) bool {
+	// Some registries name the config's media type (cosign's is the empty
+	// one) instead of the manifest's artifactType: the manifest says what
+	// it is.
+	return strings.HasPrefix(d.ArtifactType, BundleMediaTypePrefix) || d.ArtifactType == "" || d.ArtifactType == emptyMediaType
 }
 
 func (l *lookup) rejected(f Format, source string, r *rejection) {
@@ -231,25 +326,19 @@ func (l *lookup) referrers() (*v1.IndexManifest, error) {
 
 // bundles checks the Sigstore bundles among the digest's referrers.
 func (l *lookup) bundles() error {
-	m, err := l.referrers()
-	if err != nil {
-		return err
-	}
 	n := 0
-	for _, d := range m.Manifests {
-		switch {
-		case strings.HasPrefix(d.ArtifactType, BundleMediaTypePrefix):
-		case d.ArtifactType == "" || d.ArtifactType == emptyMediaType:
-			// Some registries name the config's media type (cosign's is
-			// the empty one) instead of the manifest's artifactType: the
-			// manifest says what it is.
-		default:
+	for _, d := range l.index.Manifests {
+		if !bundleCandidate(d) {
 			continue // another artifact (an SBOM document, a Notation signature): not a cosign one
+		}
+		if strings.HasPrefix(d.ArtifactType, BundleMediaTypePrefix) {
+			l.sawBundle = true
 		}
 		source := "referrer " + d.Digest.String()
 		// The annotation is only trusted to refuse: an attestation that
 		// says it is not a signature is not downloaded.
 		if pt, ok := d.Annotations[BundlePredicateAnnotation]; ok && pt != SignPredicateType {
+			l.sawBundle = true
 			l.rejected(FormatBundle, source, reject(NotASignature, "%s (by its annotation)", describePredicate(pt)))
 			continue
 		}
@@ -264,6 +353,7 @@ func (l *lookup) bundles() error {
 		if data == nil && r == nil {
 			continue // not a bundle after all
 		}
+		l.sawBundle = true
 		if r == nil {
 			r = l.checkBundle(source, data)
 		}
@@ -307,25 +397,43 @@ func (l *lookup) bundleBlob(d v1.Descriptor) ([]byte, *rejection, error) {
 	return nil, nil, nil
 }
 
-// checkBundle verifies one bundle; nil when it verified.
+// checkBundle verifies one bundle as the digest's signature; nil when it
+// verified.
 func (l *lookup) checkBundle(source string, data []byte) *rejection {
 	b, r := parseBundle(data, l.want)
 	if r != nil {
 		return r
 	}
+	signer, r := l.bundleTrust(b)
+	if r != nil {
+		return r
+	}
+	l.verified(FormatBundle, source, signer)
+	return nil
+}
+
+// bundleTrust verifies a bundle's signature under the policy's trust, and
+// that what it signs (its DSSE statement's subject, or its message digest)
+// is the digest: the key file that verified it, or "keyless ISSUER
+// SUBJECT".
+func (l *lookup) bundleTrust(b *bundle.Bundle) (string, *rejection) {
 	vc, err := b.VerificationContent()
 	if err != nil {
-		return reject(Malformed, "its verification material: %v", err)
+		return "", reject(Malformed, "its verification material: %v", err)
 	}
 	digest, err := hex.DecodeString(l.want.Hex)
 	if err != nil {
-		return reject(Malformed, "digest %s: %v", l.want, err)
+		return "", reject(Malformed, "digest %s: %v", l.want, err)
 	}
 	if cert := vc.Certificate(); cert != nil {
-		return l.checkKeyless(source, b, digest, cert.Subject.String())
+		return l.checkKeyless(b, digest, cert.Subject.String())
+	}
+	hint := ""
+	if pk := b.GetVerificationMaterial().GetPublicKey(); pk != nil {
+		hint = pk.GetHint()
 	}
 	if len(l.keys) == 0 {
-		return reject(WrongKey, "it is signed with a key, and the policy trusts keyless identities only")
+		return "", reject(WrongKey, "it is signed with a key (key hint %q), and the policy trusts keyless identities only", hint)
 	}
 	var errs []string
 	for _, k := range l.keys {
@@ -334,17 +442,25 @@ func (l *lookup) checkBundle(source string, data []byte) *rejection {
 			errs = append(errs, fmt.Sprintf("%s: %v", k.file, err))
 			continue
 		}
-		l.verified(FormatBundle, source, k.file)
-		return nil
+		return k.file, nil
 	}
-	return reject(WrongKey, "no key of the policy verifies it: %s", strings.Join(errs, "; "))
+	signedBy := "it names no key hint"
+	if hint != "" {
+		signedBy = fmt.Sprintf("it was signed by the key with hint %s", hint)
+		for _, k := range l.keys {
+			if k.hint == hint {
+				signedBy = fmt.Sprintf("it names the hint of %s, but does not verify with it", k.file)
+			}
+		}
+	}
+	return "", reject(WrongKey, "no key of the policy verifies it: %s; tried %s: %s", signedBy, l.keyNames(), strings.Join(errs, "; "))
 }
 
 // checkKeyless verifies a bundle signed with a certificate against the
-// policy's trusted root and identities; nil when it verified.
-func (l *lookup) checkKeyless(source string, b *bundle.Bundle, digest []byte, subject string) *rejection {
+// policy's trusted root and identities.
+func (l *lookup) checkKeyless(b *bundle.Bundle, digest []byte, subject string) (string, *rejection) {
 	if l.keyless == nil {
-		return reject(WrongKey, "it is signed with a certificate (keyless), and the policy trusts keys")
+		return "", reject(WrongKey, "it is signed with a certificate (keyless, %s), and the policy trusts keys", subject)
 	}
 	opts := []sgverify.PolicyOption{}
 	for _, id := range l.keyless.identities {
@@ -354,16 +470,15 @@ func (l *lookup) checkKeyless(source string, b *bundle.Bundle, digest []byte, su
 	if err != nil {
 		var mismatch *sgverify.ErrNoMatchingCertificateIdentity
 		if errors.As(err, &mismatch) {
-			return reject(WrongIdentity, "%v", err)
+			return "", reject(WrongIdentity, "%v", err)
 		}
-		return reject(Untrusted, "%v", err)
+		return "", reject(Untrusted, "%v", err)
 	}
 	signer := subject
 	if res.Signature != nil && res.Signature.Certificate != nil {
 		signer = res.Signature.Certificate.Issuer + " " + res.Signature.Certificate.SubjectAlternativeName
 	}
-	l.verified(FormatBundle, source, "keyless "+signer)
-	return nil
+	return "keyless " + signer, nil
 }
 
 // legacy checks the layers of the manifest at sha256-<hex>.sig.
@@ -428,7 +543,7 @@ func (l *lookup) checkLegacy(source string, payload, sig []byte) *rejection {
 			return nil
 		}
 	}
-	return reject(WrongKey, "no key of the policy verifies its signature")
+	return reject(WrongKey, "no key of the policy verifies its signature (a legacy signature names no key); tried %s", l.keyNames())
 }
 
 // readBlob reads one layer of img, at most maxBlobSize; go-containerregistry

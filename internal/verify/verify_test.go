@@ -322,7 +322,7 @@ func TestVerify_V1_ASignatureWithAnotherKeyIsRejectedAsWrongKey(t *testing.T) {
 	})
 }
 
-func TestVerify_V1_EachRejectedSignatureIsListedAndAGoodOneStillVerifies(t *testing.T) {
+func TestVerify_V1_EachRejectedSignatureIsListedAndALegacySignatureBesideBundlesIsNotLookedAt(t *testing.T) {
 	f := newFixture(t, true)
 	key, stranger := newSigner(t, "cosign.pub"), newSigner(t, "stranger.pub")
 	f.attachBundle(f.digest, key.dsseBundle(t, f.digest, spdxPredicate), spdxPredicate)
@@ -334,13 +334,20 @@ func TestVerify_V1_EachRejectedSignatureIsListedAndAGoodOneStillVerifies(t *test
 	if v.Verified || len(v.Rejected) != 2 {
 		t.Fatalf("want two rejected bundles, got %s", v)
 	}
-	// A legacy signature with the key verifies the digest.
+	// A legacy signature with the key does not count beside bundles: the
+	// digest is judged by its bundles, as cosign verify judges it (it does
+	// not fall back to .sig when a bundle exists). The same .sig verifies
+	// a digest without bundles (TestVerify_V1_ALegacySignatureWithThePolicysKeyVerifies).
 	f.attachLegacy(f.digest, key, legacyPayload(f.digest))
 	v, err = f.verify(policyOf(key))
-	wantVerified(t, v, err, FormatLegacy, "cosign.pub")
-	if len(v.Rejected) != 2 {
-		t.Errorf("want the two rejected bundles kept beside the verdict, got %s", v)
+	wantRejected(t, v, err, FormatLegacy, BesideBundle, "only bundles count")
+	if len(v.Rejected) != 3 {
+		t.Errorf("want the two rejected bundles and the .sig not looked at, got %s", v)
 	}
+	// The good bundle verifies it, the .sig beside it changes nothing.
+	f.attachBundle(f.digest, key.dsseBundle(t, f.digest, SignPredicateType), SignPredicateType)
+	v, err = f.verify(policyOf(key))
+	wantVerified(t, v, err, FormatBundle, "cosign.pub")
 }
 
 func TestVerify_V1_ARegistryErrorDuringLookupIsAnErrorNotAVerdict(t *testing.T) {
@@ -418,15 +425,18 @@ func TestVerify_V1_DistributionWithoutTheReferrersAPIFindsBundlesByTagAndLegacyS
 	v, err = f.verify(policyOf(key))
 	wantRejected(t, v, err, FormatBundle, NotASignature, "SBOM")
 
-	f.attachLegacy(f.digest, key, legacyPayload(f.pushImage("other")))
+	f.attachLegacy(f.digest, key, legacyPayload(f.digest))
 	v, err = f.verify(policyOf(key))
-	wantRejected(t, v, err, FormatLegacy, OtherDigest, "sha256:")
+	wantRejected(t, v, err, FormatLegacy, BesideBundle, "only bundles count")
 
 	f.attachBundle(f.digest, key.dsseBundle(t, f.digest, SignPredicateType), SignPredicateType)
 	v, err = f.verify(policyOf(key))
 	wantVerified(t, v, err, FormatBundle, "cosign.pub")
 
 	g := newDistributionFixture(t)
+	g.attachLegacy(g.digest, key, legacyPayload(g.pushImage("other")))
+	v, err = g.verify(policyOf(key))
+	wantRejected(t, v, err, FormatLegacy, OtherDigest, "sha256:")
 	g.attachLegacy(g.digest, key, legacyPayload(g.digest))
 	v, err = g.verify(policyOf(key))
 	wantVerified(t, v, err, FormatLegacy, "cosign.pub")

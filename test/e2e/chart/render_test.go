@@ -679,6 +679,14 @@ func TestChart_SchemaRejectsBadValues(t *testing.T) {
 			values: map[string]any{"mode": "controller", "notify": map[string]any{"enabled": true}},
 			want:   []string{"notify.enabled needs notify.tokenSecret"},
 		},
+		"an attestation without a predicate type (V5)": {
+			values: map[string]any{"config": map[string]any{"verification": []any{map[string]any{
+				"name": "release", "repositories": []any{"registry.example.com/acme/*"},
+				"cosign":       map[string]any{"publicKeys": []any{"/keys/cosign.pub"}},
+				"attestations": []any{map[string]any{"conditions": []any{"true"}}},
+			}}}},
+			want: []string{"/config/verification/0/attestations/0", "predicateType"},
+		},
 		"a notify port out of range": {
 			values: map[string]any{"notify": map[string]any{"port": 70000}},
 			want:   []string{"/notify/port"},

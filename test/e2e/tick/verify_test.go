@@ -116,7 +116,9 @@ func TestTick_V1_OnlyASignedDigestIsRecordedAndPinned(t *testing.T) {
 	unverifiedBy("wrong-key")
 	testsign.AttachBundle(t, s.ref(d1), s.key.DSSEBundle(t, s.ref(d1), testsign.SPDXPredicate), testsign.SPDXPredicate)
 	unverifiedBy("not-a-signature")
-	s.key.AttachLegacy(t, s.ref(d1), plainHTTP, testsign.LegacyPayload(s.ref(d0))) // d0's signature copied onto d1
+	// d0's signature copied onto d1 (a bundle: beside d1's bundles a
+	// legacy .sig is not looked at, as cosign verify does not).
+	testsign.AttachBundle(t, s.ref(d1), s.key.DSSEBundle(t, s.ref(d0), testsign.SignPredicate), testsign.SignPredicate)
 	unverifiedBy("bound-to-another-digest")
 	if r := e2e.Row(e.Status(cfg), "requests-proxy", "proxy"); r == nil || r["state"] != "unverified" || !strings.Contains(r["message"].(string), "held on the recorded digest "+d0) {
 		t.Errorf("status row %v, want unverified, held on %s", r, d0)
@@ -284,5 +286,73 @@ func TestTick_V1_ANotationSignatureCountsOnlyFromTheTrustStoresCA(t *testing.T) 
 	}
 	if got, want := e.Image("jobs-manager", "api"), e.Repo("api")+":prod@"+d0; got != want {
 		t.Errorf("jobs-manager on %s, want %s", got, want)
+	}
+}
+
+// V5 through tick and status: a policy that requires a vulnerability scan
+// without criticals holds a signed push whose signed scan has criticals,
+// naming the predicate type and the condition, and rolls it out once a
+// passing scan is attested.
+func TestTick_V5_ASignedPushWhoseScanFailsIsHeldUntilAPassingScanIsAttested(t *testing.T) {
+	e := newEnv(t)
+	s := newSigning(e)
+	const condition = "predicate.scanner.result.summary.critical == 0"
+	cfg := s.e.Config(`verification:
+  - name: release
+    repositories: ["{{reg}}/acme/**"]
+    cosign:
+      publicKeys: [` + s.key.File + `]
+    attestations:
+      - predicateType: ` + testsign.VulnPredicate + `
+        conditions: ['` + condition + `']
+` + e2e.SeedShape)
+	scan := func(critical int) map[string]any {
+		return map[string]any{"scanner": map[string]any{"uri": "pkg:github/aquasecurity/trivy", "result": map[string]any{"summary": map[string]any{"critical": critical}}}}
+	}
+	onTag := e.Repo("api") + ":prod"
+	d0 := e.Seed()
+	s.key.SignBundle(t, s.ref(d0))
+	s.key.Attest(t, s.ref(d0), testsign.VulnPredicate, scan(0))
+	for i := range 2 {
+		if code, logs := e.Tick(cfg); code != 0 {
+			t.Fatalf("tick %d over a signed, scanned digest: exit %d, want 0:\n%s", i+1, code, logs)
+		}
+	}
+	if got, want := e.Image("jobs-manager", "api"), onTag+"@"+d0; got != want {
+		t.Fatalf("the scanned first digest: %s, want %s", got, want)
+	}
+
+	d1 := e.Push("api", "prod")
+	s.key.SignBundle(t, s.ref(d1))
+	s.key.Attest(t, s.ref(d1), testsign.VulnPredicate, scan(2))
+	code, logs := e.Tick(cfg)
+	if code != 1 {
+		t.Errorf("tick over a push whose scan fails: exit %d, want 1", code)
+	}
+	if len(e2e.LogLines(logs, "WARN", d1, "verification policy release", testsign.VulnPredicate, "condition-failed", condition)) == 0 {
+		t.Errorf("no WARN line naming %s, the predicate type and the failed condition:\n%s", d1, logs)
+	}
+	if fix := "attest " + e.Repo("api") + "@" + d1 + " with " + testsign.VulnPredicate; !strings.Contains(logs, fix) {
+		t.Errorf("the remediation does not say %q:\n%s", fix, logs)
+	}
+	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
+		if got := e.Image(w[0], w[1]); got != onTag+"@"+d0 {
+			t.Errorf("%s/%s moved to %s, want it held on %s", w[0], w[1], got, d0)
+		}
+	}
+	if r := e2e.Row(e.Status(cfg), "jobs-manager", "api"); r == nil || r["state"] != "unverified" || !strings.Contains(r["message"].(string), testsign.VulnPredicate) {
+		t.Errorf("status row %v, want unverified naming %s", r, testsign.VulnPredicate)
+	}
+	if ev := e.Events("jobs-manager"); !e2e.HasEvent(ev, "DigestUnverified", d1) {
+		t.Errorf("no DigestUnverified Event naming %s: %v", d1, ev)
+	}
+
+	// A passing scan attested (a rescan with a fixed database): rolled out.
+	s.key.Attest(t, s.ref(d1), testsign.VulnPredicate, scan(0))
+	if code, logs := e.Tick(cfg); code != 0 {
+		t.Fatalf("tick after a passing scan: exit %d, want 0:\n%s", code, logs)
+	}
+	if got, want := e.Image("requests-proxy", "proxy"), onTag+"@"+d1; got != want {
+		t.Errorf("after the passing scan: %s, want %s", got, want)
 	}
 }

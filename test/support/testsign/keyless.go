@@ -76,7 +76,14 @@ func (s *Sigstore) WriteTrustedRoot(t testing.TB, dir string) string {
 // and an RFC 3161 timestamp, as a Sigstore bundle v0.3 (JSON).
 func (s *Sigstore) KeylessBundle(t testing.TB, d name.Digest, predicateType, issuer, subject string) []byte {
 	t.Helper()
-	e, err := s.vs.AttestAtTime(subject, issuer, Statement(d, predicateType), time.Now(), true)
+	return s.KeylessStatementBundle(t, Statement(d, predicateType), issuer, subject)
+}
+
+// KeylessStatementBundle is KeylessBundle for any in-toto statement (an
+// attestation, V5).
+func (s *Sigstore) KeylessStatementBundle(t testing.TB, statement []byte, issuer, subject string) []byte {
+	t.Helper()
+	e, err := s.vs.AttestAtTime(subject, issuer, statement, time.Now(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,4 +148,11 @@ func (s *Sigstore) KeylessBundle(t testing.TB, d name.Digest, predicateType, iss
 func (s *Sigstore) SignKeyless(t testing.TB, d name.Digest, issuer, subject string, opts ...remote.Option) {
 	t.Helper()
 	AttachBundle(t, d, s.KeylessBundle(t, d, SignPredicate, issuer, subject), SignPredicate, opts...)
+}
+
+// AttestKeyless signs an attestation of predicateType about d with
+// predicate as issuer/subject and attaches it as cosign v3's attest does.
+func (s *Sigstore) AttestKeyless(t testing.TB, d name.Digest, predicateType string, predicate any, issuer, subject string, opts ...remote.Option) {
+	t.Helper()
+	AttachBundle(t, d, s.KeylessStatementBundle(t, AttestationStatement(d, predicateType, predicate), issuer, subject), predicateType, opts...)
 }

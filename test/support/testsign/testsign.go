@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/sign"
 )
@@ -258,4 +259,108 @@ func (s Signer) LegacySignature(onto name.Digest, annotations map[string]string,
 		}
 	}
 	return onto.Context().Tag(strings.Replace(onto.DigestStr(), ":", "-", 1) + ".sig"), img, nil
+}
+
+// Attestations (V5), as cosign attest writes them.
+const (
+	// SLSAProvenance1 is SLSA provenance v1's predicate type (cosign attest
+	// --type slsaprovenance1).
+	SLSAProvenance1 = "https://slsa.dev/provenance/v1"
+	// VulnPredicate is cosign's vulnerability scan predicate type (cosign
+	// attest --type vuln).
+	VulnPredicate = "https://cosign.sigstore.dev/attestation/vuln/v1"
+
+	dsseMediaType             = "application/vnd.dsse.envelope.v1+json"
+	legacyPredicateAnnotation = "predicateType"
+)
+
+// AttestationStatement is an in-toto statement of predicateType whose
+// subject is subject and whose predicate is predicate (marshalled as JSON;
+// nil leaves the predicate out).
+func AttestationStatement(subject name.Digest, predicateType string, predicate any) []byte {
+	hexPart := strings.TrimPrefix(subject.DigestStr(), "sha256:")
+	st := map[string]any{
+		"_type":         "https://in-toto.io/Statement/v1",
+		"subject":       []any{map[string]any{"name": subject.Context().Name(), "digest": map[string]string{"sha256": hexPart}}},
+		"predicateType": predicateType,
+	}
+	if predicate != nil {
+		st["predicate"] = predicate
+	}
+	b, _ := json.Marshal(st)
+	return b
+}
+
+// StatementBundle signs statement (a DSSE envelope of an in-toto
+// statement) as a Sigstore bundle v0.3 (JSON).
+func (s Signer) StatementBundle(t testing.TB, statement []byte) []byte {
+	t.Helper()
+	return s.bundle(t, &sign.DSSEData{Data: statement, PayloadType: inTotoPayloadType})
+}
+
+// Attest signs a statement of predicateType about d with predicate and
+// attaches it to d as cosign v3's attest does (a bundle referrer).
+func (s Signer) Attest(t testing.TB, d name.Digest, predicateType string, predicate any, opts ...remote.Option) {
+	t.Helper()
+	AttachBundle(t, d, s.StatementBundle(t, AttestationStatement(d, predicateType, predicate)), predicateType, opts...)
+}
+
+// Envelope signs statement as a DSSE envelope (JSON), as cosign's legacy
+// .att layer holds it: the signature is over the pre-authentication
+// encoding of the payload type and the payload.
+func (s Signer) Envelope(statement []byte) ([]byte, error) {
+	sig, _, err := s.kp.SignData(context.Background(), dsse.PAE(inTotoPayloadType, statement))
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(dsse.Envelope{
+		PayloadType: inTotoPayloadType,
+		Payload:     base64.StdEncoding.EncodeToString(statement),
+		Signatures:  []dsse.Signature{{Sig: base64.StdEncoding.EncodeToString(sig)}},
+	})
+}
+
+// AttachLegacyAttestation pushes a cosign .att manifest for onto: one DSSE
+// envelope layer per statement, each signed by s and annotated with its
+// predicate type (as cosign attest --new-bundle-format=false writes it).
+func (s Signer) AttachLegacyAttestation(t testing.TB, onto name.Digest, opts []remote.Option, statements ...[]byte) {
+	t.Helper()
+	tag, img, err := s.LegacyAttestation(onto, statements...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, opts...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// LegacyAttestation is the cosign .att manifest for onto and the tag it
+// goes to (AttachLegacyAttestation).
+func (s Signer) LegacyAttestation(onto name.Digest, statements ...[]byte) (name.Tag, v1.Image, error) {
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	for _, st := range statements {
+		env, err := s.Envelope(st)
+		if err != nil {
+			return name.Tag{}, nil, err
+		}
+		var head struct {
+			PredicateType string `json:"predicateType"`
+		}
+		_ = json.Unmarshal(st, &head)
+		img, err = mutate.Append(img, mutate.Addendum{
+			Layer:       static.NewLayer(env, dsseMediaType),
+			Annotations: map[string]string{legacyPredicateAnnotation: head.PredicateType},
+		})
+		if err != nil {
+			return name.Tag{}, nil, err
+		}
+	}
+	return onto.Context().Tag(strings.Replace(onto.DigestStr(), ":", "-", 1) + ".att"), img, nil
+}
+
+// KeyHint is the public key's id as cosign writes it in a bundle: base64
+// of the SHA-256 of its PKIX DER.
+func (s Signer) KeyHint() string {
+	return string(s.kp.GetHint())
 }
