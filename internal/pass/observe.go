@@ -71,13 +71,9 @@ type Runner struct {
 	pullSecrets registry.PullSecrets
 
 	mu       sync.Mutex
-	verified map[string]string      // repository:tag → the digest verify last proved
-	signed   map[string]signedEntry // policy, repository@digest → its signatures' lookup (V1)
-	mirrored map[string]bool        // repository@digest the mirror proved it holds (R3)
-	indexes  map[string][]string    // repository@digest → its platform digests (N1)
-	// pinChecks holds V4's last answer per pinned digest and when it was
-	// asked: at most one HEAD per digest per pinCheckInterval.
-	pinChecks map[refresh.PinRef]pinChecked
+	// memos keeps registry answers a pass reuses, bounded (memo.go).
+	memos    *memos
+	memoOnce sync.Once
 	// countedAsks holds, per group, the failed registry asks whose
 	// failures a pass stored toward maxReadFailures (R1): the plans'
 	// CountedAsks, passed back as each next observation's.
@@ -315,9 +311,7 @@ func podsOff(read refresh.PodsRead, container, want string) bool {
 // platforms resolves repo@digest's platform digests once per process.
 func (r *Runner) platforms(ctx context.Context, repo, digest string, kc func() authn.Keychain) ([]string, error) {
 	key := repo + "@" + digest
-	r.mu.Lock()
-	got, ok := r.indexes[key]
-	r.mu.Unlock()
+	got, ok := r.memo().indexes.get(key)
 	if ok {
 		return got, nil
 	}
@@ -328,12 +322,7 @@ func (r *Runner) platforms(ctx context.Context, repo, digest string, kc func() a
 	if got == nil {
 		got = []string{} // not an index: asked, and nothing to add
 	}
-	r.mu.Lock()
-	if r.indexes == nil {
-		r.indexes = map[string][]string{}
-	}
-	r.indexes[key] = got
-	r.mu.Unlock()
+	r.memo().indexes.add(key, got)
 	return got, nil
 }
 
@@ -358,18 +347,11 @@ func (r *Runner) observePins(ctx context.Context, img config.Image, kc func() au
 	}
 	for _, ref := range refresh.PinsToCheck(r.Config.AnnotationPrefix, *obs, img) {
 		now := r.now()
-		r.mu.Lock()
-		got, ok := r.pinChecks[ref]
-		r.mu.Unlock()
+		got, ok := r.memo().pinChecks.get(ref)
 		if !ok || !now.Before(got.at.Add(r.Config.PinCheckInterval)) {
 			has, err := r.Resolver.Has(ctx, ref.Repository, ref.Digest, kc())
 			got = pinChecked{check: refresh.PinCheck{Missing: !has && err == nil, Err: err}, at: now}
-			r.mu.Lock()
-			if r.pinChecks == nil {
-				r.pinChecks = map[refresh.PinRef]pinChecked{}
-			}
-			r.pinChecks[ref] = got
-			r.mu.Unlock()
+			r.memo().pinChecks.add(ref, got)
 		}
 		if obs.PinChecks == nil {
 			obs.PinChecks = map[refresh.PinRef]refresh.PinCheck{}
@@ -386,20 +368,13 @@ func (r *Runner) observePins(ctx context.Context, img config.Image, kc func() au
 // on the next pass.
 func (r *Runner) mirrorProof(ctx context.Context, repo, digest string, kc func() authn.Keychain) refresh.Proof {
 	key := repo + "@" + digest
-	r.mu.Lock()
-	proven := r.mirrored[key]
-	r.mu.Unlock()
+	proven, _ := r.memo().mirrored.get(key)
 	if proven {
 		return refresh.Proof{Has: true}
 	}
 	has, err := r.Resolver.Has(ctx, repo, digest, kc())
 	if has && err == nil {
-		r.mu.Lock()
-		if r.mirrored == nil {
-			r.mirrored = map[string]bool{}
-		}
-		r.mirrored[key] = true
-		r.mu.Unlock()
+		r.memo().mirrored.add(key, true)
 	}
 	return refresh.Proof{Has: has, Err: err}
 }
@@ -432,21 +407,15 @@ func (r *Runner) verifyLatest(ctx context.Context, g config.Group, img config.Im
 // GET serves the content the HEAD named (registry.Resolver.Verify).
 func (r *Runner) verify(ctx context.Context, img config.Image, digest string, kc func() authn.Keychain) error {
 	key := img.Repository + ":" + img.Tag
-	r.mu.Lock()
-	done := r.verified[key] == digest
-	r.mu.Unlock()
+	last, _ := r.memo().verified.get(key)
+	done := last == digest
 	if done {
 		return nil
 	}
 	if err := r.Resolver.Verify(ctx, img.Repository, img.Tag, digest, kc()); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	if r.verified == nil {
-		r.verified = map[string]string{}
-	}
-	r.verified[key] = digest
-	r.mu.Unlock()
+	r.memo().verified.add(key, digest)
 	return nil
 }
 

@@ -42,9 +42,7 @@ func (r *Runner) signatures(ctx context.Context, policy *config.VerificationPoli
 	}
 	key := id + "\x00" + img.Repository + "@" + digest
 	now := r.now()
-	r.mu.Lock()
-	e, seen := r.signed[key]
-	r.mu.Unlock()
+	e, seen := r.memo().signed.get(key)
 	if seen && (e.v.Verified || now.Before(e.recheck)) {
 		return e.v, nil
 	}
@@ -68,12 +66,7 @@ func (r *Runner) signatures(ctx context.Context, policy *config.VerificationPoli
 		}
 		e.recheck = now.Add(e.backoff)
 	}
-	r.mu.Lock()
-	if r.signed == nil {
-		r.signed = map[string]signedEntry{}
-	}
-	r.signed[key] = e
-	r.mu.Unlock()
+	r.memo().signed.add(key, e)
 	return want, nil
 }
 
