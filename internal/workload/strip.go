@@ -139,102 +139,114 @@ func stripManagedFields(k *Kind, entries []metav1.ManagedFieldsEntry) []metav1.M
 	return out
 }
 
-// fieldSet is one level of a FieldsV1 set.
-type fieldSet = map[string]json.RawMessage
+// The parts of a FieldsV1 set that name a writer, decoded in one pass
+// (the informer runs the transform on every watch event): an entry's
+// annotations, and the image field of each container, init container and
+// volume of the pod template, whose path depends on the kind.
+type (
+	ownedRoot struct {
+		Metadata *struct {
+			Annotations json.RawMessage `json:"f:annotations,omitempty"`
+		} `json:"f:metadata,omitempty"`
+		Spec *ownedSpec `json:"f:spec,omitempty"`
+	}
+	ownedSpec struct {
+		Template    *ownedTemplate `json:"f:template,omitempty"` // spec.template.spec
+		JobTemplate *struct {
+			Spec *struct {
+				Template *ownedTemplate `json:"f:template,omitempty"`
+			} `json:"f:spec,omitempty"`
+		} `json:"f:jobTemplate,omitempty"` // spec.jobTemplate.spec.template.spec
+	}
+	ownedTemplate struct {
+		Spec *ownedPodSpec `json:"f:spec,omitempty"`
+	}
+	ownedPodSpec struct {
+		Containers     map[string]ownedImage `json:"f:containers,omitempty"`
+		InitContainers map[string]ownedImage `json:"f:initContainers,omitempty"`
+		Volumes        map[string]ownedImage `json:"f:volumes,omitempty"`
+	}
+	ownedImage struct {
+		Image json.RawMessage `json:"f:image,omitempty"`
+	}
+)
 
 // stripFields returns the part of a field set that owns an image of the
 // pod template or an annotation; false when it owns neither (or does not
 // parse: imageManagers and AnnotationManager ignore such an entry too).
 func stripFields(k *Kind, raw []byte) ([]byte, bool) {
-	var root fieldSet
+	var root ownedRoot
 	if json.Unmarshal(raw, &root) != nil {
 		return nil, false
 	}
-	out := fieldSet{}
-	if meta := child(root, "f:metadata"); meta != nil {
-		if ann, ok := meta["f:annotations"]; ok {
-			out["f:metadata"] = mustJSON(fieldSet{"f:annotations": ann})
-		}
+	out := ownedRoot{}
+	if root.Metadata != nil && root.Metadata.Annotations != nil {
+		out.Metadata = root.Metadata
 	}
-	if spec := podSpecFields(k, root); spec != nil {
-		kept := fieldSet{}
-		for _, list := range []string{"f:containers", "f:initContainers", "f:volumes"} {
-			if l := imageEntries(child(spec, list), list == "f:volumes"); l != nil {
-				kept[list] = mustJSON(l)
+	if spec := ownedPod(k, root.Spec); spec != nil {
+		kept := &ownedPodSpec{
+			Containers: withImages(spec.Containers, false), InitContainers: withImages(spec.InitContainers, false),
+			Volumes: withImages(spec.Volumes, true),
+		}
+		if kept.Containers != nil || kept.InitContainers != nil || kept.Volumes != nil {
+			t := &ownedTemplate{Spec: kept}
+			if k.Name == KindCronJob {
+				out.Spec = &ownedSpec{JobTemplate: root.Spec.JobTemplate}
+				out.Spec.JobTemplate.Spec.Template = t
+			} else {
+				out.Spec = &ownedSpec{Template: t}
 			}
 		}
-		if len(kept) > 0 {
-			node := mustJSON(kept)
-			path := podSpecPath(k)
-			for i := len(path) - 1; i > 0; i-- {
-				node = mustJSON(fieldSet{path[i]: node})
-			}
-			out[path[0]] = node // "f:spec", never "f:metadata"
-		}
 	}
-	if len(out) == 0 {
+	if out.Metadata == nil && out.Spec == nil {
 		return nil, false
 	}
-	return mustJSON(out), true
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
 }
 
-// podSpecFields is the field set of the pod template's spec, nil if the
-// set has none.
-func podSpecFields(k *Kind, root fieldSet) fieldSet {
-	node := root
-	for _, key := range podSpecPath(k) {
-		if node = child(node, key); node == nil {
+// ownedPod is the pod spec's part of a field set at kind k's path, nil if
+// the set has none.
+func ownedPod(k *Kind, spec *ownedSpec) *ownedPodSpec {
+	if spec == nil {
+		return nil
+	}
+	t := spec.Template
+	if k.Name == KindCronJob {
+		if spec.JobTemplate == nil || spec.JobTemplate.Spec == nil {
 			return nil
 		}
+		t = spec.JobTemplate.Spec.Template
 	}
-	return node
+	if t == nil {
+		return nil
+	}
+	return t.Spec
 }
 
-// imageEntries keeps of a list's field set the entries that own an image,
-// each with only its image field (a volume's: with f:reference below it).
-func imageEntries(list fieldSet, volume bool) fieldSet {
-	out := fieldSet{}
-	for key, val := range list {
-		entry := fieldSet{}
-		if json.Unmarshal(val, &entry) != nil {
-			continue
-		}
-		img, ok := entry["f:image"]
-		if !ok {
+// withImages keeps of a list's entries those that own an image: f:image
+// of a container, f:image with f:reference below it of a volume.
+func withImages(list map[string]ownedImage, volume bool) map[string]ownedImage {
+	var out map[string]ownedImage
+	for key, e := range list {
+		if e.Image == nil {
 			continue
 		}
 		if volume {
-			if _, ok := child(entry, "f:image")["f:reference"]; !ok {
+			var src struct {
+				Reference json.RawMessage `json:"f:reference"`
+			}
+			if json.Unmarshal(e.Image, &src) != nil || src.Reference == nil {
 				continue
 			}
 		}
-		out[key] = mustJSON(fieldSet{"f:image": img})
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// child decodes the field set under key, nil if there is none.
-func child(set fieldSet, key string) fieldSet {
-	raw, ok := set[key]
-	if !ok {
-		return nil
-	}
-	var out fieldSet
-	if json.Unmarshal(raw, &out) != nil {
-		return nil
+		if out == nil {
+			out = map[string]ownedImage{}
+		}
+		out[key] = e
 	}
 	return out
-}
-
-// mustJSON encodes a field set built from decoded JSON, which always
-// encodes.
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
