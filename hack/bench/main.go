@@ -69,6 +69,7 @@ type options struct {
 	soakFor                time.Duration
 	seed                   uint64
 	resyncProfile          string
+	heapProfile            string
 	latencyProfile         string
 }
 
@@ -98,6 +99,7 @@ func main() {
 	flag.DurationVar(&o.soakFor, "soak-for", 20*time.Minute, "how long the soak phase's schedule of events runs")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the soak phase's random schedule of events")
 	flag.StringVar(&o.resyncProfile, "resync-cpuprofile", "", "write a CPU profile of the scale phase's last resync pass to this file")
+	flag.StringVar(&o.heapProfile, "scale-heapprofile", "", "write a heap profile of the scale phase's last controller, after its first passes and a GC, to this file (go tool pprof -sample_index=inuse_space)")
 	flag.StringVar(&o.latencyProfile, "latency-cpuprofile", "", "write a CPU profile of the latency phase's revert series to this file")
 	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
 	flag.Parse()
@@ -150,7 +152,7 @@ func run(ctx context.Context, o options) int {
 		case "steady":
 			got, err = measureSteady(ctx, w, o.steadyInterval, o.steadyFor)
 		case "scale":
-			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns, o.steadyInterval, o.steadyFor, o.resyncProfile)
+			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns, o.steadyInterval, o.steadyFor, o.resyncProfile, o.heapProfile)
 		case "stuck":
 			got, err = measureStuck(ctx, w, o.stuckReverts)
 		case "propagate":

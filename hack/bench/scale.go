@@ -28,8 +28,8 @@ const scaleGroupSize = 100
 // resync pass (Controller.Reconcile of every group, 4 at a time, as the
 // workqueue does on a resync) is timed with its API requests counted.
 // With profile set, the last run's resync pass is CPU-profiled into that
-// file.
-func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, steadyFor time.Duration, profile string) ([]row, error) {
+// file; with heapProfile set, the last run's heap after its first passes.
+func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, steadyFor time.Duration, profile, heapProfile string) ([]row, error) {
 	ngroups := max(1, n/scaleGroupSize)
 	per := min(n, scaleGroupSize)
 	n = per * ngroups
@@ -138,6 +138,12 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 		firstWrites = append(firstWrites, w)
 		m := readMemory()
 		heap, rss = append(heap, float64(m.heap)), append(rss, float64(m.rss))
+		if heapProfile != "" && r == runs-1 {
+			if err := writeHeapProfile(heapProfile); err != nil {
+				b.stop()
+				return nil, err
+			}
+		}
 		_, mark := b.api.snapshot()
 		for _, p := range b.api.patchSamples() {
 			progress("scale: run %d: a patch of the first passes: %s", r+1, p)
@@ -183,6 +189,20 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 			"setup cost on this cluster (16 creates at a time; kube-controller-manager makes a ReplicaSet each), not image-refresh"},
 	)
 	return rows, nil
+}
+
+// writeHeapProfile writes the heap profile as of the last GC (readMemory
+// ran one): what the running controller and its caches hold.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 type memory struct{ heap, rss uint64 }

@@ -12,3 +12,11 @@ var (
 
 // PodOf is podOf, for the K1 tests.
 var PodOf = podOf
+
+// WithoutManagedFields is a copy of o without the managed fields it keeps
+// for AnnotationManager, which the strip tests compare by what they answer.
+func WithoutManagedFields(o *Object) *Object {
+	c := *o
+	c.managedFields = nil
+	return &c
+}
