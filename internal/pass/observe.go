@@ -60,6 +60,10 @@ type Runner struct {
 	// and their copies (R25). nil: one on Kube and Workloads, reading the
 	// copies from the API (NewRunner; `run` sets its cache).
 	State *statestore.Store
+	// Nodes lists the cluster's nodes for V3 (the platforms a new digest
+	// must serve): one LIST of their metadata (NewRunner), or the informer
+	// cache (`run`). nil: V3 is not checked.
+	Nodes workload.Nodes
 	// KeychainTTL bounds how long the pull secrets read for an image are
 	// reused, so that a rotated secret is picked up (the controller sets
 	// its poll interval); 0 means the registry package's default.
@@ -74,6 +78,9 @@ type Runner struct {
 	signed   map[string]signedEntry // policy, repository@digest → its signatures' lookup (V1)
 	mirrored map[string]bool        // repository@digest the mirror proved it holds (R3)
 	indexes  map[string][]string    // repository@digest → its platform digests (N1)
+	// servedPlatforms holds, per digest, the platforms it serves (V3):
+	// one lookup per digest per process.
+	servedPlatforms map[string][]refresh.Platform
 	// pinChecks holds V4's last answer per pinned digest and when it was
 	// asked: at most one HEAD per digest per pinCheckInterval.
 	pinChecks map[refresh.PinRef]pinChecked
@@ -225,6 +232,10 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 					obs.Verification[img.Name] = v
 				}
 			}
+			// V3: and the platforms it serves against the nodes'.
+			if res.Err == nil {
+				res = r.checkPlatforms(ctx, img, res, objs, keychain, &obs)
+			}
 		}
 		obs.Latest[img.Name] = res
 		r.observePlatforms(ctx, img, keys, keychain, &obs)
@@ -232,6 +243,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			continue
 		}
 		r.observePins(ctx, img, keychain, &obs)
+		r.checkRollbackPlatforms(ctx, g, img, keys, objs, keychain, &obs)
 		for _, t := range img.Targets {
 			c, ok := obs.Workloads[t.Workload()].Containers[t.Container]
 			if !ok {
