@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
 
 // V3: a new digest is pinned or recorded only if it serves every platform
@@ -200,4 +201,47 @@ func indexChildren(t *testing.T, ref string) []string {
 		out = append(out, d.Digest.String())
 	}
 	return out
+}
+
+func TestTick_V3_ARegistryThatCannotTellThePlatformsIsAReadFailureNotAVerdict(t *testing.T) {
+	e := newEnv(t)
+	e.Seed()
+	index := e.Reg.MustPushIndexFor(t, "acme/api", "prod", amd64, arm64)
+	cfg := e.Config(e2e.SeedShape)
+	e.PinAll(cfg)
+	next := e.Reg.MustPushIndexFor(t, "acme/api", "prod", amd64)
+	for _, status := range []int{http.StatusInternalServerError, http.StatusUnauthorized} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			e := &env{e.WithT(t)}
+			// Only the read of the new digest's platforms fails; the tag
+			// resolves and verifies.
+			e.Reg.SetFault(testregistry.Fault{PathContains: "/manifests/" + next, Method: http.MethodGet, Status: status})
+			defer e.Reg.ClearFault()
+			e.Reg.ResetRequests()
+			code, logs := e.Tick(cfg)
+			if n := e.manifestGETs(next); n != 1 {
+				t.Fatalf("%d GETs of %s by digest, want 1: the lookup ran", n, next)
+			}
+			if code != 0 || strings.Contains(logs, "lacks platform") {
+				t.Errorf("tick exit %d, want 0 and no platform-missing: HTTP %d is no verdict (a read failure below maxReadFailures)", code, status)
+			}
+			if len(e2e.LogLines(logs, "WARN", "read the platforms "+e.Repo("api")+"@"+next+" serves", "image skipped this tick")) != 1 {
+				t.Errorf("want one WARN saying the platforms could not be read, counted as R1's:\n%s", logs)
+			}
+			if e2e.HasEvent(e.Events("jobs-manager"), "PlatformMissing", "") {
+				t.Errorf("a PlatformMissing Event after HTTP %d", status)
+			}
+			if got, want := e.Image("jobs-manager", "api"), e.Repo("api")+":prod@"+index; got != want {
+				t.Errorf("jobs-manager runs %s, want it still on %s", got, want)
+			}
+		})
+	}
+	// The registry answers again: the same digest is looked up and pinned.
+	e.Reg.ResetRequests()
+	if code, logs := e.Tick(cfg); code != 0 {
+		t.Fatalf("tick after the registry recovered: exit %d:\n%s", code, logs)
+	}
+	if got, want := e.Image("jobs-manager", "api"), e.Repo("api")+":prod@"+next; got != want {
+		t.Errorf("jobs-manager runs %s, want %s once its platforms were read", got, want)
+	}
 }
