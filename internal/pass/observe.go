@@ -207,6 +207,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		obs.AnchorErr = obs.Workloads[g.Anchor].Err
 	}
 	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
+	nodes := r.nodesOnce(ctx) // V3, only for a new digest
 	r.observePods(ctx, g, objs, &obs)
 	for _, img := range g.Images {
 		var kc authn.Keychain
@@ -234,7 +235,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			}
 			// V3: and the platforms it serves against the nodes'.
 			if res.Err == nil {
-				res = r.checkPlatforms(ctx, img, res, objs, keychain, &obs)
+				res = r.checkPlatforms(ctx, img, res, objs, nodes, keychain, &obs)
 			}
 		}
 		obs.Latest[img.Name] = res
@@ -243,7 +244,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			continue
 		}
 		r.observePins(ctx, img, keychain, &obs)
-		r.checkRollbackPlatforms(ctx, g, img, keys, objs, keychain, &obs)
+		r.checkRollbackPlatforms(ctx, g, img, keys, objs, nodes, keychain, &obs)
 		for _, t := range img.Targets {
 			c, ok := obs.Workloads[t.Workload()].Containers[t.Container]
 			if !ok {

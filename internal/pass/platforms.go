@@ -21,11 +21,11 @@ import (
 // (`run`'s cache, or one LIST). A registry that could not be read, or a
 // node list that failed, is a read failure of the image (R1), never a
 // verdict: the returned resolution carries it.
-func (r *Runner) checkPlatforms(ctx context.Context, img config.Image, res refresh.Resolution, objs map[config.Workload]*workload.Object, kc func() authn.Keychain, obs *refresh.Observation) refresh.Resolution {
+func (r *Runner) checkPlatforms(ctx context.Context, img config.Image, res refresh.Resolution, objs map[config.Workload]*workload.Object, nodes func() ([]workload.Node, error), kc func() authn.Keychain, obs *refresh.Observation) refresh.Resolution {
 	if r.Nodes == nil {
 		return res
 	}
-	needs, err := r.platformNeeds(ctx, img, objs)
+	needs, err := platformNeeds(img, objs, nodes)
 	if err != nil {
 		return refresh.Resolution{Err: fmt.Errorf("the platforms its nodes need (V3): %w", err), Ask: res.Ask}
 	}
@@ -42,7 +42,7 @@ func (r *Runner) checkPlatforms(ctx context.Context, img config.Image, res refre
 // onFailedRollout: rollback (a target is on another digest). A failure
 // is only logged: a rollback whose target was not checked retreats, the
 // safe way.
-func (r *Runner) checkRollbackPlatforms(ctx context.Context, g config.Group, img config.Image, keys state.Keys, objs map[config.Workload]*workload.Object, kc func() authn.Keychain, obs *refresh.Observation) {
+func (r *Runner) checkRollbackPlatforms(ctx context.Context, g config.Group, img config.Image, keys state.Keys, objs map[config.Workload]*workload.Object, nodes func() ([]workload.Node, error), kc func() authn.Keychain, obs *refresh.Observation) {
 	recorded := obs.Anchor[keys.Record(img.Name)]
 	if r.Nodes == nil || g.OnFailedRollout != config.OnFailedRolloutRollback || img.PinnedDigest != "" {
 		return
@@ -57,7 +57,7 @@ func (r *Runner) checkRollbackPlatforms(ctx context.Context, g config.Group, img
 	if !moved {
 		return
 	}
-	needs, err := r.platformNeeds(ctx, img, objs)
+	needs, err := platformNeeds(img, objs, nodes)
 	if err == nil {
 		var served []refresh.Platform
 		if served, err = r.served(ctx, img.Repository, recorded, kc); err == nil {
@@ -85,8 +85,8 @@ func addPlatforms(obs *refresh.Observation, img config.Image, needs []refresh.Pl
 // each with the first such node by name and the targets that can run
 // there. A node whose labels do not say its os and architecture is not
 // counted; a target whose workload was not read adds nothing.
-func (r *Runner) platformNeeds(ctx context.Context, img config.Image, objs map[config.Workload]*workload.Object) ([]refresh.PlatformNeed, error) {
-	nodes, err := r.Nodes.Nodes(ctx)
+func platformNeeds(img config.Image, objs map[config.Workload]*workload.Object, listNodes func() ([]workload.Node, error)) ([]refresh.PlatformNeed, error) {
+	nodes, err := listNodes()
 	if err != nil {
 		return nil, err
 	}
@@ -140,4 +140,21 @@ func (r *Runner) served(ctx context.Context, repo, digest string, kc func() auth
 	r.servedPlatforms[digest] = got
 	r.mu.Unlock()
 	return got, nil
+}
+
+// nodesOnce lists the nodes at most once per pass over a group (Observe),
+// on the first call: a pass without a new digest lists none.
+func (r *Runner) nodesOnce(ctx context.Context) func() ([]workload.Node, error) {
+	var (
+		nodes []workload.Node
+		err   error
+		done  bool
+	)
+	return func() ([]workload.Node, error) {
+		if !done {
+			nodes, err = r.Nodes.Nodes(ctx)
+			done = true
+		}
+		return nodes, err
+	}
 }
