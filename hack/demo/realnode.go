@@ -62,11 +62,11 @@ func (d *demo) stepRealNode() {
 	}
 	row := statusRow(out, "storefront/"+storefront.container)
 	verdict := "pod " + stale.Name + " on node " + node + " runs " + a
-	if !strings.Contains(row, " running-stale ") || !strings.Contains(row, " 0/1") || !strings.Contains(strings.Join(strings.Fields(out), " "), verdict) {
+	if !strings.Contains(row, "running-stale") || !strings.Contains(row, " 0/1") || !strings.Contains(strings.Join(strings.Fields(out), " "), verdict) {
 		d.failf("status does not say storefront is running-stale, 0/1, %s:\n%s", verdict, out)
 	}
-	d.ok("status: storefront is running-stale, 0/1 pods on the recorded digest: %s", strings.Replace(verdict, a, "build A", 1))
-	if row := statusRow(out, "storefront/migrate"); !strings.Contains(row, " (init container) running-stale ") {
+	d.ok("status: storefront is off its pin and running-stale, 0/1 pods on the recorded digest: %s", strings.Replace(verdict, a, "build A", 1))
+	if row := statusRow(out, "storefront/migrate"); !strings.Contains(row, " (init container) ") || !strings.Contains(row, "running-stale") {
 		d.failf("status does not say storefront's migration (an init container) is running-stale:\n%s", out)
 	}
 	d.ok("status: its migration, an init container, is running-stale too: the old migration ran before the new app")

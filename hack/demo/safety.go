@@ -7,9 +7,14 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/image-refresh/image-refresh/test/support/content"
 	"github.com/image-refresh/image-refresh/test/support/localcluster"
 	"github.com/image-refresh/image-refresh/test/support/testsign"
 )
@@ -19,11 +24,12 @@ import (
 // onFailedRollout: rollback.
 var checkout = target{"Deployment", "checkout", "app", "checkout"}
 
-// 8. V1, V5 and V2 on the real node: an unsigned push is held, a signed
-// push whose scan attestation reports criticals is held, a signed and
-// scanned build that crashes is rolled back.
+// 8. V1, V5, V2 and V3 on the real node: an unsigned push is held, a
+// signed push whose scan attestation reports criticals is held, a signed
+// and scanned build that crashes is rolled back, and a signed index
+// without the node's platform is held.
 func (d *demo) stepSafety() {
-	d.step(8, nSteps, "Only signed, clean-scanned builds move, and a broken one is rolled back")
+	d.step(8, nSteps, "Only signed, clean-scanned builds the nodes can run move, and a broken one is rolled back")
 	if d.cluster.Real == nil {
 		d.say("skipped: `make demo REAL_NODES=0` started no real node.")
 		return
@@ -108,6 +114,36 @@ groups:
 	}
 	d.appPod(checkout)
 	d.ok("C's pods never became Ready: rolled back to A within one tick, C quarantined (never tried again by itself)")
+
+	d.say("Build E is signed and scanned clean, but CI dropped linux/amd64: its index holds only linux/arm64, and %s runs linux/amd64:", d.cluster.RealNodeName())
+	e := d.pushArm64Only(checkout.image, "E")
+	d.sign(key, repo, e)
+	d.scan(key, repo, e, 0)
+	logs = d.tickWith(cfg, 1)
+	if !strings.Contains(logs, e) || !strings.Contains(logs, "lacks platform(s) the nodes need: linux/amd64 (node "+d.cluster.RealNodeName()) {
+		d.failf("the tick does not say %s lacks linux/amd64, which %s needs", short(e), d.cluster.RealNodeName())
+	}
+	d.wantImage(checkout, repo+":"+tag+"@"+a)
+	d.appPod(checkout)
+	d.ok("held: no node of checkout could pull E (platform-missing, exit 1 and an Event); checkout stays on A")
+}
+
+// pushArm64Only publishes build of img as an image index that holds only a
+// linux/arm64 image: a multi-arch build that lost its amd64 half (V3).
+func (d *demo) pushArm64Only(img, build string) string {
+	arm64 := v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}
+	app, err := content.RandomOCIImageFor(arm64)
+	d.must(err, "build the arm64 image")
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: app, Descriptor: v1.Descriptor{Platform: &arm64}})
+	ref, err := name.NewTag(d.repo(img)+":"+tag, name.Insecure)
+	d.must(err, "name the application image")
+	d.must(remote.WriteIndex(ref, idx, remote.WithContext(d.ctx)), "push build "+build)
+	digest, err := idx.Digest()
+	d.must(err, "digest of build "+build)
+	d.ok("pushed %s:%s  build %s (an index of linux/arm64 only)  %s → %s", d.nodeRepo(img), tag, build, short(d.digests[img]), short(digest.String()))
+	d.digests[img] = digest.String()
+	return digest.String()
 }
 
 func (d *demo) sign(key testsign.Signer, repo, digest string) {

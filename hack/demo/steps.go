@@ -26,10 +26,12 @@ func (d *demo) stepPin() {
 	d.expectRecords()
 	d.expectRollouts(rs, 0, "digests recorded on the anchor, nothing rolled")
 	d.say("What runs on the nodes (N1): each pod's imageID, compared with the recorded digest.")
-	if st, running := d.running(monitorTarget); st != "running-stale" || !strings.Contains(running, "node-2: "+d.staleBuild) {
+	// The target is off its pin (drifted, the cause, O2) and its pods run a
+	// stale build beside it.
+	if st, running := d.running(monitorTarget); !strings.Contains(st, "running-stale") || !strings.Contains(running, "node-2: "+d.staleBuild) {
 		d.failf("resource-monitor: status says %s, running %q; want running-stale naming node-2 and its old build", st, running)
 	} else {
-		d.ok("resource-monitor is running-stale: %s (the seed's incident, visible)", running)
+		d.ok("resource-monitor is %s: %s (the seed's incident, visible)", st, running)
 	}
 
 	d.say("The next tick pins every target to the recorded digest (R7): one rollout per workload (R9).")
@@ -260,7 +262,9 @@ func (d *demo) stepStatus() {
 	d.ok("every target pinned; storefront's pod on %s runs the pinned build (1/1), its migration too", d.cluster.RealNodeName())
 }
 
-// running is the status state and RUNNING of t (N1), from status -o json.
+// running is the status state of t, with the states beside it as status
+// shows them ("drifted (+running-stale)"), and its RUNNING (N1), from
+// status -o json.
 func (d *demo) running(t target) (state, running string) {
 	code, out, _ := d.imageRefresh("status", "--config", d.config, "-o", "json")
 	if code != 0 {
@@ -270,7 +274,14 @@ func (d *demo) running(t target) (state, running string) {
 	d.must(json.Unmarshal([]byte(out), &rows), "decode status -o json")
 	for _, r := range rows {
 		if strings.HasSuffix(fmt.Sprint(r["target"]), "/"+t.name+" container "+t.container) {
-			return fmt.Sprint(r["state"]), fmt.Sprint(r["running"])
+			state = fmt.Sprint(r["state"])
+			also, _ := r["also"].([]any)
+			for _, a := range also {
+				if m, ok := a.(map[string]any); ok {
+					state += fmt.Sprintf(" (+%v)", m["state"])
+				}
+			}
+			return state, fmt.Sprint(r["running"])
 		}
 	}
 	d.failf("status has no row for %s", t)

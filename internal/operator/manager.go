@@ -113,6 +113,9 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	// The ServiceAccounts' imagePullSecrets too (D1, R20): a steady state
 	// makes no API request for them (C6).
 	r.ServiceAccountSource = registry.ServiceAccountsFromCache(mgr.GetCache(), r.Config.APITimeout)
+	// The nodes' metadata too, for the platforms a new digest must serve
+	// (V3): the informer starts with the first new digest.
+	r.Nodes = workload.NodesFromCache(mgr.GetCache(), r.Config.APITimeout)
 	r.Events = workload.Aggregating{Sink: mgr.GetEventRecorder(workload.Component)}
 	r.KeychainTTL = o.PollInterval
 	workers := max(o.Workers, 1)

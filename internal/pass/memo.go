@@ -39,6 +39,7 @@ type memos struct {
 	signed    *memo[string, signedEntry]        // policy, repository@digest → its signatures' lookup (V1, V5)
 	mirrored  *memo[string, bool]               // repository@digest the mirror proved it holds (R3)
 	indexes   *memo[string, []string]           // repository@digest → its platform digests (N1)
+	served    *memo[string, []refresh.Platform] // digest → the platforms it serves (V3)
 	pinChecks *memo[refresh.PinRef, pinChecked] // V4's last answer per pinned digest, and when it was asked
 }
 
@@ -50,6 +51,7 @@ func (r *Runner) memo() *memos {
 			signed:    newMemo[string, signedEntry](memoSize),
 			mirrored:  newMemo[string, bool](memoSize),
 			indexes:   newMemo[string, []string](memoSize),
+			served:    newMemo[string, []refresh.Platform](memoSize),
 			pinChecks: newMemo[refresh.PinRef, pinChecked](memoSize),
 		}
 	})

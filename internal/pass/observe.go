@@ -61,6 +61,10 @@ type Runner struct {
 	// and their copies (R25). nil: one on Kube and Workloads, reading the
 	// copies from the API (NewRunner; `run` sets its cache).
 	State *statestore.Store
+	// Nodes lists the cluster's nodes for V3 (the platforms a new digest
+	// must serve): one LIST of their metadata (NewRunner), or the informer
+	// cache (`run`). nil: V3 is not checked.
+	Nodes workload.Nodes
 	// KeychainTTL bounds how long the pull secrets read for an image are
 	// reused, so that a rotated secret is picked up (the controller sets
 	// its poll interval); 0 means the registry package's default.
@@ -70,7 +74,7 @@ type Runner struct {
 	// (KeychainFor).
 	pullSecrets registry.PullSecrets
 
-	mu       sync.Mutex
+	mu sync.Mutex
 	// memos keeps registry answers a pass reuses, bounded (memo.go).
 	memos    *memos
 	memoOnce sync.Once
@@ -194,6 +198,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 		obs.AnchorErr = obs.Workloads[g.Anchor].Err
 	}
 	keys := state.Keys{Prefix: r.Config.AnnotationPrefix}
+	nodes := r.nodesOnce(ctx) // V3, only for a new digest
 	r.observePods(ctx, g, objs, &obs)
 	r.observeLeader(ctx, g, &obs)
 	for _, img := range g.Images {
@@ -220,6 +225,10 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 					obs.Verification[img.Name] = v
 				}
 			}
+			// V3: and the platforms it serves against the nodes'.
+			if res.Err == nil {
+				res = r.checkPlatforms(ctx, img, res, objs, nodes, keychain, &obs)
+			}
 		}
 		obs.Latest[img.Name] = res
 		r.observePlatforms(ctx, img, keys, keychain, &obs)
@@ -227,6 +236,7 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 			continue
 		}
 		r.observePins(ctx, img, keychain, &obs)
+		r.checkRollbackPlatforms(ctx, g, img, keys, objs, nodes, keychain, &obs)
 		for _, t := range img.Targets {
 			c, ok := obs.Workloads[t.Workload()].Containers[t.Container]
 			if !ok {

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/image-refresh/image-refresh/internal/config"
@@ -72,6 +73,10 @@ func NewRunner(rc *rest.Config, cfg *config.Config, o RunnerOptions) (*Runner, e
 	if err != nil {
 		return nil, err
 	}
+	md, err := metadata.NewForConfigAndClient(rc, hc)
+	if err != nil {
+		return nil, err
+	}
 	wl := workload.New(kube, cfg.APITimeout)
 	wl.SetDynamic(dyn)
 	hosts := make([]registry.HostConfig, 0, len(cfg.Registries))
@@ -93,6 +98,7 @@ func NewRunner(rc *rest.Config, cfg *config.Config, o RunnerOptions) (*Runner, e
 		Config: cfg, ConfigPath: o.ConfigPath, Kube: kube,
 		Workloads: wl, Resolver: res, Metrics: o.Metrics, Log: o.Log,
 		ServiceAccountSource: registry.ServiceAccountsFromAPI(kube, cfg.APITimeout),
+		Nodes:                workload.NodesFromAPI(md, cfg.APITimeout),
 		Instance:             InstanceName(), Now: o.Now,
 	}, nil
 }

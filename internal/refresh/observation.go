@@ -16,6 +16,7 @@
 //	suspend.go   an operator's suspension (O1)
 //	verify.go    only a verified digest is recorded or rolled (V1)
 //	rollback.go  a failed digest change put back and quarantined (V2)
+//	platforms.go a digest that lacks a platform the nodes need (V3)
 //	pins.go      a pinned digest the registry no longer holds (V4)
 //	promotion.go a follower waits until its leader soaked the digest (P1)
 package refresh
@@ -181,6 +182,15 @@ type Observation struct {
 	// Followers names the groups that follow this one (P1): its pass
 	// keeps the soak clock they read.
 	Followers []string
+	// Needs holds, per image name, the platforms that the nodes its
+	// targets can run on need, one node named per platform (V3): present
+	// only for an image whose new digest (or V2 rollback target) this
+	// pass checks; absent: nothing to check.
+	Needs map[string][]PlatformNeed
+	// Served holds, per digest looked up, the platforms it serves (V3):
+	// an index's manifests', or a single manifest's config's; an empty
+	// list names none.
+	Served map[string][]Platform
 	// PinChecks holds V4's answers for the digests PinsToCheck lists; nil:
 	// nothing was checked this pass (the interval has not passed).
 	PinChecks map[PinRef]PinCheck

@@ -207,6 +207,9 @@ const (
 	// ReasonPinMissing: the registry no longer holds a pinned digest or
 	// the digest V2 rolls back to (V4).
 	ReasonPinMissing = "PinMissing"
+	// ReasonPlatformMissing: a new digest lacks a platform the nodes its
+	// targets can run on need (V3).
+	ReasonPlatformMissing = "PlatformMissing"
 	// ReasonSuspendedWithoutEnd: a group suspended without an end for
 	// longer than SuspendedWithoutEndAfter (O1).
 	ReasonSuspendedWithoutEnd = "SuspendedWithoutEnd"
@@ -240,25 +243,26 @@ type Finding struct {
 type State string
 
 const (
-	StatePinned        State = "pinned"
-	StateDrifted       State = "drifted"
-	StateFirstObserved State = "first-observed"
-	StateLockedOut     State = "locked-out"
-	StateNotSettled    State = "not-settled"
-	StateStalePin      State = "stale-pin"
-	StateInert         State = "inert"
-	StateTagFlapping   State = "tag-flapping"  // R21
-	StateQuarantined   State = "quarantined"   // R23
-	StateWaiting       State = "waiting"       // R22
-	StateWindowClosed  State = "window-closed" // R24
-	StateQueued        State = "queued"        // R24
-	StateUnreadable    State = "unreadable"
-	StateError         State = "error"
-	StateRunningStale  State = "running-stale"
-	StateUnverified    State = "unverified"  // V1
-	StateRolledBack    State = "rolled-back" // V2
-	StateSuspended     State = "suspended"   // O1
-	StatePinMissing    State = "pin-missing" // V4
+	StatePinned          State = "pinned"
+	StateDrifted         State = "drifted"
+	StateFirstObserved   State = "first-observed"
+	StateLockedOut       State = "locked-out"
+	StateNotSettled      State = "not-settled"
+	StateStalePin        State = "stale-pin"
+	StateInert           State = "inert"
+	StateTagFlapping     State = "tag-flapping"  // R21
+	StateQuarantined     State = "quarantined"   // R23
+	StateWaiting         State = "waiting"       // R22
+	StateWindowClosed    State = "window-closed" // R24
+	StateQueued          State = "queued"        // R24
+	StateUnreadable      State = "unreadable"
+	StateError           State = "error"
+	StateRunningStale    State = "running-stale"
+	StateUnverified      State = "unverified"       // V1
+	StateRolledBack      State = "rolled-back"      // V2
+	StateSuspended       State = "suspended"        // O1
+	StatePinMissing      State = "pin-missing"      // V4
+	StatePlatformMissing State = "platform-missing" // V3
 )
 
 // Beside is a state that holds beside a row's State, with its own message

@@ -49,12 +49,17 @@ type hold struct {
 }
 
 // holdFor applies the rollout policy to a digest change of img from
-// recorded to latest, in order: a digest that did not verify (V1), a
-// quarantined digest (R23), a digest the group it follows has not soaked (P1), a spent churn budget (R21), a digest younger
-// than minDigestAge (R22), outside every rollout window (R24). nil: roll it. A revert re-pin is never held: it
-// restores the recorded digest.
+// recorded to latest, in order: a digest that did not verify (V1), one
+// that lacks a platform the nodes need (V3), a quarantined digest (R23), a
+// digest the group it follows has not soaked (P1), a spent churn budget
+// (R21), a digest younger than minDigestAge (R22), outside every rollout
+// window (R24). nil: roll it. A revert re-pin is never held: it restores
+// the recorded digest.
 func (d *decision) holdFor(img config.Image, recorded, latest string, recent []time.Time, budgetErr error, seen *state.FirstSeenValue) (h *hold) {
 	if h := d.unverifiedHold(img, recorded, latest); h != nil {
+		return h
+	}
+	if h := d.platformHold(img, recorded, latest); h != nil {
 		return h
 	}
 	rearm := d.rearm()
@@ -270,6 +275,9 @@ func (d *decision) rearmByNewDigest() bool {
 		if v, check := d.verification(img, latest); check && !v.Verified {
 			continue // V1: a digest that cannot be tried does not re-arm
 		}
+		if missing, _, check := d.platformsMissing(img, latest); check && len(missing) > 0 {
+			continue // V3: nor one the nodes cannot run
+		}
 		if latest != "" && !slices.Contains(list, latest) {
 			news = append(news, fmt.Sprintf("%s:%s → %s", img.Repository, img.Tag, latest))
 		}
@@ -301,6 +309,9 @@ func (d *decision) lockOn() {
 		}
 		if v, check := d.verification(img, latest); check && !v.Verified {
 			continue // V1: an unverified digest was never tried either
+		}
+		if missing, _, check := d.platformsMissing(img, latest); check && len(missing) > 0 {
+			continue // V3: nor one the nodes cannot run
 		}
 		key := d.keys.LockedOn(img.Name)
 		v, ok := d.value(key)

@@ -79,6 +79,10 @@ func (d *decision) record(img config.Image, latest string) (recorded string, ok 
 	if !d.unverifiedFirst(img, latest) {
 		return "", false
 	}
+	// V3: and only one that serves every platform the nodes need.
+	if !d.platformFirst(img, latest) {
+		return "", false
+	}
 	d.p.Bookkeeping.set(recKey, ptr(latest), d.ann)
 	if _, everPinned := d.value(d.keys.EverPinned(img.Name)); !everPinned && d.allOn(img, latest) {
 		// Every target already runs the digest: mark it pinned in the

@@ -101,6 +101,9 @@ func (d *decision) rollback(why string) bool {
 		if _, err := imageref.ParseDigest(recorded); img.PinnedDigest != "" || !ok || err != nil {
 			continue
 		}
+		if d.rollbackPlatformsMissing(img, recorded) {
+			continue // V3: the nodes cannot run the record either
+		}
 		for _, t := range img.Targets {
 			c, ok := d.obs.Workloads[t.Workload()].Containers[t.Container]
 			on := imageref.DigestOf(c.Image)

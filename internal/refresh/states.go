@@ -8,7 +8,7 @@ import "slices"
 var states = []State{
 	StatePinned, StateDrifted, StateFirstObserved, StateLockedOut, StateNotSettled,
 	StateStalePin, StateTagFlapping, StateWaiting, StateWindowClosed, StateQueued,
-	StateQuarantined, StateRolledBack, StateUnverified, StatePinMissing, StateSuspended,
+	StateQuarantined, StateRolledBack, StateUnverified, StatePlatformMissing, StatePinMissing, StateSuspended,
 	StateRunningStale, StateInert, StateUnreadable, StateError,
 }
 

@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,10 @@ type Object struct {
 	// Selector selects the workload's pods; nil for a kind without
 	// long-running pods (CronJob).
 	Selector *metav1.LabelSelector
+	// NodeSelector and RequiredNodeAffinity are the pod template's: the
+	// nodes its pods can run on (V3, RunsOn).
+	NodeSelector         map[string]string
+	RequiredNodeAffinity *corev1.NodeSelector
 
 	managedFields []metav1.ManagedFieldsEntry // AnnotationManager
 }
@@ -147,6 +152,11 @@ func newObject(k *Kind, meta *metav1.ObjectMeta, tmpl *corev1.PodTemplateSpec, s
 	}
 	for _, s := range tmpl.Spec.ImagePullSecrets {
 		o.PullSecrets = append(o.PullSecrets, s.Name)
+	}
+	// Copies: the object may be the cache's own (readCache).
+	o.NodeSelector = maps.Clone(tmpl.Spec.NodeSelector)
+	if a := tmpl.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		o.RequiredNodeAffinity = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.DeepCopy()
 	}
 	return o
 }

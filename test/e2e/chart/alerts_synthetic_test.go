@@ -106,6 +106,15 @@ func TestAlerts_Synthetic(t *testing.T) {
 			wantAt: map[string][]map[string]string{"1m": {g("web")}},
 		},
 		{
+			alert: "ImageRefreshPlatformMissing",
+			input: []inputSeries{
+				series(`image_refresh_group_needs_attention{group="web",reason="PlatformMissing"}`, "1x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="PlatformMissing"}`, "0x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="PinMissing"}`, "1x30"),
+			},
+			wantAt: map[string][]map[string]string{"1m": {g("web")}},
+		},
+		{
 			alert: "ImageRefreshPinMissing",
 			input: []inputSeries{
 				series(`image_refresh_group_needs_attention{group="web",reason="PinMissing"}`, "1x30"),

@@ -321,6 +321,12 @@ func testInstallCronJobRBAC(t *testing.T, w *world) {
 		{"update", "", "configmaps", w.ns, "another", false},
 		{"list", "", "configmaps", w.ns, "", false},
 		{"create", "", "configmaps", other, "", false},
+		// The nodes' labels, for the platforms a new digest must serve
+		// (V3): list only, cluster-wide.
+		{"list", "", "nodes", "", "", true},
+		{"watch", "", "nodes", "", "", false},
+		{"get", "", "nodes", "", "node-1", false},
+		{"patch", "", "nodes", "", "node-1", false},
 	})
 	// The ticks above wrote the copy as the chart's ServiceAccount.
 	if _, err := w.c.Client.CoreV1().ConfigMaps(w.ns).Get(ctx, "image-refresh-state-deployment-api", metav1.GetOptions{}); err != nil {

@@ -87,6 +87,7 @@ var alertStates = map[string]string{
 	"ImageRefreshDigestQuarantined":   "quarantined",
 	"ImageRefreshDigestUnverified":    "unverified",
 	"ImageRefreshRolledBack":          "rolled-back",
+	"ImageRefreshPlatformMissing":     "platform-missing",
 	"ImageRefreshPinMissing":          "pin-missing",
 	"ImageRefreshSuspendedWithoutEnd": "suspended",
 	"ImageRefreshRewriteFight":        "error",

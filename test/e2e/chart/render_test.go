@@ -206,13 +206,20 @@ func checkRBAC(t *testing.T, m *manifest, cfg *config.Config, md mode) {
 			t.Errorf("lease Role rules:%s\nwant:%s", fmtRules(lease), fmtRules(wantLease))
 		}
 	}
+	// The nodes' labels, cluster-wide (V3), and with the webhook its own
+	// configuration.
 	clusterRoles := all[*rbacv1.ClusterRole](m)
-	if md.webhook != (len(clusterRoles) == 1) || len(clusterRoles) > 1 {
-		t.Errorf("webhook %v, but %d ClusterRoles", md.webhook, len(clusterRoles))
+	wantClusterRoles := map[bool]int{false: 1, true: 2}[md.webhook]
+	if len(clusterRoles) != wantClusterRoles {
+		t.Errorf("webhook %v, but %d ClusterRoles, want %d", md.webhook, len(clusterRoles), wantClusterRoles)
 	}
 	for _, cr := range clusterRoles {
 		want := []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
 			ResourceNames: []string{fullname}, Verbs: []string{"get", "update"}}}
+		if cr.Name == fullname+"-nodes" {
+			want = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"},
+				Verbs: map[bool][]string{false: {"list"}, true: {"list", "watch"}}[md.controller]}}
+		}
 		if !reflect.DeepEqual(cr.Rules, want) {
 			t.Errorf("ClusterRole %s rules:%s\nwant:%s", cr.Name, fmtRules(cr.Rules), fmtRules(want))
 		}
@@ -442,8 +449,10 @@ func TestChart_WebhookWithCertSecret(t *testing.T) {
 	h := newHelm(t)
 	m := h.template(ciValues(t, "webhook"), valuesFile(t, map[string]any{"webhook": map[string]any{
 		"certSecret": "webhook-tls", "annotations": map[string]any{"cert-manager.io/inject-ca-from": releaseNS + "/webhook-tls"}}}))
-	if n := len(all[*rbacv1.ClusterRole](m)); n != 0 {
-		t.Errorf("%d ClusterRoles, want none: the caBundle is cert-manager's", n)
+	for _, cr := range all[*rbacv1.ClusterRole](m) {
+		if cr.Name != release+"-image-refresh-nodes" {
+			t.Errorf("ClusterRole %s, want none but the nodes' (V3): the caBundle is cert-manager's", cr.Name)
+		}
 	}
 	mwc := one[*admissionregistrationv1.MutatingWebhookConfiguration](t, m)
 	if mwc.Annotations["cert-manager.io/inject-ca-from"] == "" {

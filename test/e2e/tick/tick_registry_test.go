@@ -191,12 +191,13 @@ func TestTick_C2_OneHeadPerRepoTagPerTick(t *testing.T) {
           - {kind: Deployment, namespace: {{ns}}, name: worker-a, container: app}
           - {kind: Deployment, namespace: {{ns}}, name: worker-b, container: app}
 `)
-	// A digest is verified with one GET before it is first recorded (R1);
-	// after that a HEAD is enough.
+	// A digest is verified with one GET before it is first recorded (R1),
+	// and what it serves is read once (V3: its manifest by digest, and the
+	// config blob of a single image); after that a HEAD is enough.
 	for i, tc := range []struct {
-		what string
-		gets int
-	}{{"first observation", 1}, {"pin", 0}, {"steady state", 0}} {
+		what        string
+		gets, blobs int
+	}{{"first observation", 2, 1}, {"pin", 0, 0}, {"steady state", 0, 0}} {
 		e.Reg.ResetRequests()
 		if code, _ := e.Tick(cfg); code != 0 {
 			t.Fatalf("tick %d (%s) exit %d", i+1, tc.what, code)
@@ -205,7 +206,10 @@ func TestTick_C2_OneHeadPerRepoTagPerTick(t *testing.T) {
 			t.Errorf("tick %d (%s): %d manifest HEADs of acme/api:prod, want 1 for 2 groups and 4 targets", i+1, tc.what, n)
 		}
 		if n := e.Reg.Count("GET", "/manifests/"); n != tc.gets {
-			t.Errorf("tick %d (%s): %d manifest GETs, want %d (one GET verifies a new digest once for every group, then a HEAD is enough)", i+1, tc.what, n, tc.gets)
+			t.Errorf("tick %d (%s): %d manifest GETs, want %d (one GET verifies a new digest and one reads its platforms, once for every group, then a HEAD is enough)", i+1, tc.what, n, tc.gets)
+		}
+		if n := e.Reg.Count("GET", "/blobs/"); n != tc.blobs {
+			t.Errorf("tick %d (%s): %d blob GETs, want %d (the config of a new single-platform digest, once for every group)", i+1, tc.what, n, tc.blobs)
 		}
 	}
 	want := tag + "@" + digest

@@ -50,18 +50,36 @@ var platforms = []v1.Platform{
 }
 
 // RandomImage returns a small single-arch image with a Docker v2 schema 2
-// manifest.
+// manifest, built for linux/amd64 as its config says (the platform of the
+// local cluster's nodes, which V3 checks).
 func RandomImage() (v1.Image, error) {
+	return RandomImageFor(v1.Platform{OS: "linux", Architecture: "amd64"})
+}
+
+// RandomImageFor is RandomImage built for p: its config's os,
+// architecture and variant.
+func RandomImageFor(p v1.Platform) (v1.Image, error) {
 	img, err := random.Image(256, 1)
 	if err != nil {
 		return nil, fmt.Errorf("random image: %w", err)
 	}
-	return img, nil
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("random image: config: %w", err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Variant = p.OS, p.Architecture, p.Variant
+	return mutate.ConfigFile(img, cf)
 }
 
 // RandomOCIImage is RandomImage with an OCI image manifest.
 func RandomOCIImage() (v1.Image, error) {
-	img, err := RandomImage()
+	return RandomOCIImageFor(v1.Platform{OS: "linux", Architecture: "amd64"})
+}
+
+// RandomOCIImageFor is RandomImageFor with an OCI image manifest.
+func RandomOCIImageFor(p v1.Platform) (v1.Image, error) {
+	img, err := RandomImageFor(p)
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +131,16 @@ func (s Store) PushRandomIndex(repo, tag string, n int) (string, error) {
 	if n < 1 || n > len(platforms) {
 		return "", fmt.Errorf("%s: index of %d platforms: want 1..%d", s.prefix, n, len(platforms))
 	}
+	return s.PushIndexFor(repo, tag, platforms[:n]...)
+}
+
+// PushIndexFor pushes an OCI image index with one random image per
+// platform of ps (each built for it, its descriptor naming it) to
+// repo:tag and returns the index digest.
+func (s Store) PushIndexFor(repo, tag string, ps ...v1.Platform) (string, error) {
 	var idx v1.ImageIndex = mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	for _, p := range platforms[:n] {
-		img, err := RandomOCIImage()
+	for _, p := range ps {
+		img, err := RandomOCIImageFor(p)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", s.prefix, err)
 		}
@@ -216,6 +241,28 @@ func (s Store) MustPush(t testing.TB, repo, tag string, img v1.Image) string {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// MustPushIndexFor is PushIndexFor that fails the test on error.
+func (s Store) MustPushIndexFor(t testing.TB, repo, tag string, ps ...v1.Platform) string {
+	t.Helper()
+	d, err := s.PushIndexFor(repo, tag, ps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// MustPushImageFor pushes one random single-platform image built for p
+// (an OCI manifest whose config names p) to repo:tag and returns its
+// digest; it fails the test on error.
+func (s Store) MustPushImageFor(t testing.TB, repo, tag string, p v1.Platform) string {
+	t.Helper()
+	img, err := RandomOCIImageFor(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.MustPush(t, repo, tag, img)
 }
 
 // MustPushRandomImage is PushRandomImage that fails the test on error.
