@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
@@ -94,7 +95,7 @@ func TestRunsOn_V3_TheTemplatesNodeSelectorAndRequiredAffinityPickTheNodes(t *te
 		{"arm", true, false},
 		{"amd", false, true},
 	} {
-		obj, err := wc.Get(ctx, workload.Ref{Kind: workload.KindDeployment, Namespace: ns, Name: tc.deploy})
+		obj, err := wc.Get(ctx, config.Workload{Kind: workload.KindDeployment, Namespace: ns, Name: tc.deploy})
 		if err != nil {
 			t.Fatal(err)
 		}
