@@ -44,6 +44,23 @@ func (w *world) pushIndex(repo, tag, build string, amd64 bool) (string, map[stri
 		if err != nil {
 			w.t.Fatal(err)
 		}
+		// A config of this run's own: containerd keeps one image per
+		// config, with the first repository digest it was pulled by, and
+		// reports that one as the imageID; a node that ran this build for
+		// an earlier run (another registry, another index) would report
+		// that run's index.
+		cf, err := img.ConfigFile()
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		cf = cf.DeepCopy()
+		if cf.Config.Labels == nil {
+			cf.Config.Labels = map[string]string{}
+		}
+		cf.Config.Labels["io.image-refresh.test.run"] = w.ns
+		if img, err = mutate.ConfigFile(img, cf); err != nil {
+			w.t.Fatal(err)
+		}
 		add(img, v1.Platform{OS: "linux", Architecture: "amd64"})
 	}
 	arm, err := content.RandomOCIImageFor(v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"})
