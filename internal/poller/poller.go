@@ -7,6 +7,7 @@ package poller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/refresh"
-	"github.com/image-refresh/image-refresh/internal/registry"
 )
 
 // Resolve asks the registry once; the poller calls it.
@@ -323,11 +323,17 @@ func (p *Poller) backoff(failures int, err error) time.Duration {
 	if d > p.Interval {
 		d = p.Interval
 	}
-	if re := registry.Classify(err); re != nil && re.RetryAfter > d {
-		d = re.RetryAfter
+	var ra retryAfter
+	if errors.As(err, &ra) && ra.RetryAfterDelay() > d {
+		d = ra.RetryAfterDelay()
 	}
 	return d
 }
+
+// retryAfter is a failure that says when to ask again: registry.Error
+// carries a 429's or 503's Retry-After. An interface, so that the poller
+// links no registry client and none of its verification (issue 39).
+type retryAfter interface{ RetryAfterDelay() time.Duration }
 
 func (p *Poller) now() time.Time { return p.clock().Now() }
 

@@ -19,19 +19,8 @@ var configNameChecks = []string{"k8s.io/apimachinery/pkg/util/validation", "k8s.
 // client, and no signature crypto (issue 39: config only reads the trust
 // material, internal/verify parses it).
 func TestRefresh_ImportsNoKubernetesClientNoRegistryClientAndNoCrypto(t *testing.T) {
-	// The go command of the toolchain running this test.
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		t.Fatalf("the go command that lists the imports: %v", err)
-	}
-	list := func(pkgs ...string) []string {
-		t.Helper()
-		out, err := exec.Command(goTool, append([]string{"list", "-deps"}, pkgs...)...).Output()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v", strings.Join(pkgs, " "), err)
-		}
-		return strings.Fields(string(out))
-	}
+	goTool := goCommand(t)
+	list := func(pkgs ...string) []string { return goListDeps(t, goTool, pkgs...) }
 	allowed := map[string]bool{}
 	for _, p := range list(configNameChecks...) {
 		allowed[p] = true
@@ -55,4 +44,58 @@ func TestRefresh_ImportsNoKubernetesClientNoRegistryClientAndNoCrypto(t *testing
 			}
 		}
 	}
+}
+
+// Only the registry client (which reads signatures) and the commands link
+// the verification stack: the poller, the metrics, the admission webhook
+// and render do not, so that the webhook's image and its fuzz build stay
+// small (issue 39, layers).
+func TestLayers_OnlyTheRegistryClientLinksVerification(t *testing.T) {
+	goTool := goCommand(t)
+	forbidden := []string{"github.com/sigstore/", "github.com/notaryproject/", "github.com/google/cel-go/", "github.com/image-refresh/image-refresh/internal/verify"}
+	// The check itself: internal/registry does link it.
+	if !linksAny(goListDeps(t, goTool, "../registry"), forbidden) {
+		t.Fatalf("internal/registry links none of %q: the check below would prove nothing", forbidden)
+	}
+	for _, pkg := range []string{"../poller", "../metrics", "../pinwebhook", "../render"} {
+		for _, p := range goListDeps(t, goTool, pkg) {
+			if linksAny([]string{p}, forbidden) {
+				t.Errorf("internal/%s links %s", strings.TrimPrefix(pkg, "../"), p)
+			}
+		}
+	}
+}
+
+func linksAny(deps, prefixes []string) bool {
+	for _, p := range deps {
+		for _, f := range prefixes {
+			if p == strings.TrimSuffix(f, "/") || strings.HasPrefix(p, f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// goCommand is the go command of the toolchain running this test.
+func goCommand(t *testing.T) string {
+	t.Helper()
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		t.Fatalf("the go command that lists the imports: %v", err)
+	}
+	return goTool
+}
+
+func goListDeps(t *testing.T, goTool string, pkgs ...string) []string {
+	t.Helper()
+	out, err := exec.Command(goTool, append([]string{"list", "-deps"}, pkgs...)...).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", strings.Join(pkgs, " "), err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps %s listed %d packages: %q", strings.Join(pkgs, " "), len(deps), deps)
+	}
+	return deps
 }

@@ -63,6 +63,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// RetryAfterDelay is RetryAfter, for callers that stay out of this package
+// (the poller backs off by it).
+func (e *Error) RetryAfterDelay() time.Duration { return e.RetryAfter }
+
 // Classify returns err as an *Error: the one in its chain, or a new one with
 // the kind read from the error. It returns nil for nil.
 func Classify(err error) *Error {
