@@ -44,7 +44,7 @@ cosign:
 	@hack/build-cosign.sh >/dev/null
 
 # The main job, narrated, on a local cluster and registry of its own (about
-# a minute once the cluster binaries are built). Its steps 7 and 8 run on a real
+# three minutes once the cluster binaries are built). Its steps 7, 8 and 9 run on a real
 # node (root, hack/install-real-node.sh); REAL_NODES=0 leaves it out. KEEP=1
 # leaves the cluster running in $(RUN_DIR); `make cluster-down` stops it
 # (bin/localcluster then runs the real node's forwarder).

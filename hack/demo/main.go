@@ -5,7 +5,7 @@
 // it narrates: any surprise exits non-zero, so the demo is also an
 // end-to-end check.
 //
-// Steps 7 and 8 run on a real node (a kubelet with containerd, docs/local-cluster.md),
+// Steps 7, 8 and 9 run on a real node (a kubelet with containerd, docs/local-cluster.md),
 // which needs root and the packages of hack/install-real-node.sh;
 // -real-node=false (make demo REAL_NODES=0) leaves it out.
 //
@@ -44,7 +44,7 @@ func main() {
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of the cluster binaries and helm (default: the output of hack/build-cluster.sh)")
 	flag.StringVar(&o.runDir, "run-dir", "", "with KEEP=1: run directory of the kept cluster, the one `make cluster-down` stops (required then)")
 	flag.StringVar(&o.chart, "chart", "hack/demo-chart", "the demo Helm chart")
-	flag.BoolVar(&o.realNode, "real-node", true, "start the real node (root, hack/install-real-node.sh) and run steps 7 and 8 on it")
+	flag.BoolVar(&o.realNode, "real-node", true, "start the real node (root, hack/install-real-node.sh) and run steps 7, 8 and 9 on it")
 	flag.StringVar(&o.localcluster, "localcluster", "", "with KEEP=1 and the real node: the hack/localcluster binary, whose node-forward keeps the kept cluster's real node reachable (make demo passes bin/localcluster)")
 	flag.Parse()
 	o.keep = os.Getenv("KEEP") != "" && os.Getenv("KEEP") != "0"
@@ -110,7 +110,7 @@ func run(ctx context.Context, o options) (code int) {
 	}()
 	d.setup()
 	d.say("The IDs in parentheses (R5, N1, …) name the rules the demo shows; each is explained in docs/rules.md.")
-	steps := []func(){d.stepPin, d.stepNewDigest, d.stepHelmUpgrade, d.stepWebhook, d.stepNodeDown, d.stepAdopt, d.stepRealNode, d.stepSafety, d.stepStatus}
+	steps := []func(){d.stepPin, d.stepNewDigest, d.stepHelmUpgrade, d.stepWebhook, d.stepNodeDown, d.stepAdopt, d.stepRealNode, d.stepSafety, d.stepPromotion, d.stepStatus}
 	for _, step := range steps {
 		step()
 	}

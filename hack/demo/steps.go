@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const nSteps = 9
+const nSteps = 10
 
 // 1. R5 first observation, then R7 pins every target.
 func (d *demo) stepPin() {
@@ -236,7 +236,7 @@ func (d *demo) nodeReady(name string) string {
 
 // 8. The closing picture.
 func (d *demo) stepStatus() {
-	d.step(9, nSteps, "image-refresh status")
+	d.step(10, nSteps, "image-refresh status")
 	code, out, _ := d.imageRefresh("status", "--config", d.config)
 	if code != 0 {
 		d.failf("status exited %d", code)

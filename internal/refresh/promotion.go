@@ -165,6 +165,12 @@ func (d *decision) promotionHold(img config.Image, recorded, latest string) *hol
 	soak, err := state.ParseSoak(l.Anchor[d.keys.Soak(leaderImage)])
 	if err != nil || soak.Digest != latest {
 		runs := l.Anchor[d.keys.Record(leaderImage)]
+		if runs == latest {
+			// The leader moved to it; its soak clock starts on its first
+			// pass that finds it settled and healthy there.
+			return wait(SeverityInfo, "waiting: group %s, which group %s follows, runs %s but has not yet been found settled and healthy on it (its soak clock starts then)",
+				pr.After, d.p.Group, latest)
+		}
 		if runs == "" {
 			runs = "no recorded digest"
 		}

@@ -60,6 +60,12 @@ func TestDecide_P1_AFollowerMovesOnlyToADigestItsLeaderSoaked(t *testing.T) {
 			want:     waiting,
 			also:     message("group staging, which group edge follows, has not run <B> settled and healthy yet (its record is <A>)"),
 		},
+		"the leader moved to it but was not found healthy on it yet: the follower waits for the leader's soak clock to start": {
+			settings: []settingsOpt{onClock},
+			obs:      moved(leaderSays(k.Record("api"), dB)),
+			want:     waiting,
+			also:     message("group staging, which group edge follows, runs <B> but has not yet been found settled and healthy on it (its soak clock starts then)"),
+		},
 		"the leader soaks it, 10 of 30 minutes: the follower waits with the time left and wakes at the soak's end": {
 			settings: []settingsOpt{onClock},
 			obs:      moved(leaderSays(k.Record("api"), dB, k.Soak("api"), soakedFor(dB, 10, 2))),
