@@ -179,6 +179,9 @@ func pollEvery(total int) time.Duration {
 type group struct {
 	name, ns, image string // image: the repository name under acme/
 	targets         []string
+	// follows, if set, is the group this one follows with soak (P1).
+	follows string
+	soak    time.Duration
 }
 
 // configYAML renders an image-refresh config for the groups; extra is
@@ -189,6 +192,9 @@ func (w *world) configYAML(groups []group, extra string) []byte {
 	fmt.Fprintf(&b, "registries:\n  - host: %s\n    insecure: true\ngroups:\n", w.reg.Host())
 	for _, g := range groups {
 		fmt.Fprintf(&b, "  - name: %s\n    anchor: {kind: Deployment, namespace: %s, name: %s}\n", g.name, g.ns, g.targets[0])
+		if g.follows != "" {
+			fmt.Fprintf(&b, "    promotion: {after: %s, soak: %s}\n", g.follows, g.soak)
+		}
 		fmt.Fprintf(&b, "    images:\n      - name: %s\n        repository: %s\n        tag: prod\n        targets:\n", g.image, w.repo(g.image))
 		for _, t := range g.targets {
 			fmt.Fprintf(&b, "          - {kind: Deployment, namespace: %s, name: %s, container: app}\n", g.ns, t)

@@ -9,6 +9,8 @@
 //  2. stuck: the same with another group's rollout stuck, against alone;
 //  3. propagate: a new digest → all 20 and all 100 targets of one
 //     repo:tag changed, from the poll that saw it and from the push;
+//     promote: the end of a leader group's soak → every target of its
+//     follower changed (P1: run's timer, not a poll);
 //  4. registry: registry HEADs per poll interval for 1, 20 and 200
 //     targets of one repo:tag;
 //     pollcost: the same sizes, by request kind (HEAD, ping, token) and new
@@ -31,7 +33,7 @@
 // wrapped to count API requests by verb and the poller's OnChange wrapped
 // to timestamp the polls that saw a change.
 //
-//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,registry,pollcost,steady,scale]
+//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,promote,registry,pollcost,steady,scale]
 //	go run ./hack/bench -phases soak -soak-for 20m -workloads 500 -seed 1
 package main
 
@@ -76,7 +78,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of the cluster binaries (default: the output of hack/build-cluster.sh)")
-	flag.StringVar(&o.phases, "phases", "latency,stuck,propagate,registry,pollcost,steady,scale", "measurements to run, comma-separated")
+	flag.StringVar(&o.phases, "phases", "latency,stuck,propagate,promote,registry,pollcost,steady,scale", "measurements to run, comma-separated")
 	flag.DurationVar(&o.costInterval, "pollcost-interval", time.Second, "poll interval of the pollcost measurement (it counts -registry-intervals intervals)")
 	flag.IntVar(&o.reverts, "reverts", 100, "reverts timed for the revert → re-pin latency")
 	flag.DurationVar(&o.pollInterval, "registry-interval", 2*time.Second, "poll interval of the registry measurement")
@@ -84,7 +86,7 @@ func main() {
 	flag.DurationVar(&o.steadyInterval, "steady-interval", 10*time.Second, "--poll-interval of the steady-state measurement")
 	flag.DurationVar(&o.steadyFor, "steady-for", 60*time.Second, "how long the steady-state measurement counts")
 	flag.IntVar(&o.resyncRuns, "resync-runs", 3, "controllers started (start time, resync pass, memory) over the scale workloads")
-	flag.IntVar(&o.pushes, "pushes", 5, "new digests pushed per group size in the propagate phase")
+	flag.IntVar(&o.pushes, "pushes", 5, "new digests pushed per group size in the propagate phase, and in the promote phase")
 	flag.IntVar(&o.stuckReverts, "stuck-reverts", 30, "reverts timed alone and again with another group stuck rolling")
 	o.workloads = 10000
 	if v := os.Getenv("BENCH_WORKLOADS"); v != "" {
@@ -157,12 +159,14 @@ func run(ctx context.Context, o options) int {
 			got, err = measureStuck(ctx, w, o.stuckReverts)
 		case "propagate":
 			got, err = measurePropagate(ctx, w, o.pushes)
+		case "promote":
+			got, err = measurePromote(ctx, w, o.pushes)
 		case "pollcost":
 			got, err = measurePollCost(ctx, o.costInterval, o.intervals)
 		case "soak":
 			got, err = measureSoak(ctx, w, soakOptions{duration: o.soakFor, workloads: o.workloads, seed: o.seed})
 		default:
-			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, registry, pollcost, steady, scale, soak)", phase)
+			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, promote, registry, pollcost, steady, scale, soak)", phase)
 		}
 		rows = append(rows, got...) // a failed phase may still have figures (the soak's checks)
 		if ctx.Err() != nil {

@@ -18,16 +18,11 @@ import (
 // classified as Latest's are (a read failure, never a verdict). Callers
 // ask once per digest: a digest names immutable content.
 func (r *Resolver) ServedPlatforms(ctx context.Context, repository, digest string, kc authn.Keychain) ([]v1.Platform, error) {
-	ref, route, err := r.digestRef(repository, digest)
-	if err != nil {
-		return nil, err
-	}
-	s := ref.String()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	desc, err := r.get(ctx, ref, route, kc)
+	desc, s, err := r.getDigest(ctx, repository, digest, kc, " for its platforms")
 	if err != nil {
-		return nil, getFailure(ctx, s, fmt.Errorf("read the manifest for its platforms: %w", err))
+		return nil, err
 	}
 	out := []v1.Platform{}
 	if desc.MediaType.IsIndex() {

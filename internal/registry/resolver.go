@@ -202,16 +202,11 @@ func (r *Resolver) Verify(ctx context.Context, repository, tag, digest string, k
 // for a single-platform manifest: a node runs one of them for a pin on the
 // index, and its pod reports that one as its imageID (N1). One GET.
 func (r *Resolver) Platforms(ctx context.Context, repository, digest string, kc authn.Keychain) ([]string, error) {
-	ref, route, err := r.digestRef(repository, digest)
-	if err != nil {
-		return nil, err
-	}
-	s := ref.String()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	desc, err := r.get(ctx, ref, route, kc)
+	desc, s, err := r.getDigest(ctx, repository, digest, kc, "")
 	if err != nil {
-		return nil, getFailure(ctx, s, fmt.Errorf("read the manifest: %w", err))
+		return nil, err
 	}
 	if !desc.MediaType.IsIndex() {
 		return nil, nil
@@ -229,6 +224,21 @@ func (r *Resolver) Platforms(ctx context.Context, repository, digest string, kc 
 		out = append(out, d.Digest.String())
 	}
 	return out, nil
+}
+
+// getDigest GETs the manifest of repository@digest within ctx and returns
+// it with the reference as errors name it; why says what the manifest is
+// read for, in the error.
+func (r *Resolver) getDigest(ctx context.Context, repository, digest string, kc authn.Keychain, why string) (*remote.Descriptor, string, error) {
+	ref, route, err := r.digestRef(repository, digest)
+	if err != nil {
+		return nil, "", err
+	}
+	desc, err := r.get(ctx, ref, route, kc)
+	if err != nil {
+		return nil, ref.String(), getFailure(ctx, ref.String(), fmt.Errorf("read the manifest%s: %w", why, err))
+	}
+	return desc, ref.String(), nil
 }
 
 // digestRef parses repository@digest for the host's route.

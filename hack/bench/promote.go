@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/image-refresh/image-refresh/internal/state"
+)
+
+// promoteSoak is the promote phase's soak: long enough that the follower's
+// move is the timer's doing, short enough for a bench.
+const promoteSoak = 5 * time.Second
+
+// measurePromote: the end of a leader's soak → every target of its
+// follower changed (P1), in one cluster. A leader group of 5 and a
+// follower group of 20 one-replica Deployments (kwok pods) track one
+// repo:tag; the follower follows the leader with a soak of promoteSoak.
+// Per push, the bench reads the leader's soak clock from its anchor (the
+// soak ends at its start plus the soak, as the engine reckons it) and
+// takes from a watch the moment the follower's last target is on the new
+// digest. `run` requeues the follower for the soak's end (a timer), so
+// the figure is the timer's lateness plus one pass, not a poll interval.
+func measurePromote(ctx context.Context, w *world, pushes int) ([]row, error) {
+	leader, _, digest, err := w.pinnedGroup(ctx, "bench-promote-staging", "promote", "s", 5)
+	if err != nil {
+		return nil, err
+	}
+	leader.name = "staging"
+	follower := group{name: "production", ns: "bench-promote-prod", image: leader.image, targets: names("p", 20), follows: leader.name, soak: promoteSoak}
+	if err := w.namespace(ctx, follower.ns); err != nil {
+		return nil, err
+	}
+	ds := deployments(follower, w.repo(follower.image)+":prod@"+digest)
+	if err := w.createDeployments(ctx, ds, 4); err != nil {
+		return nil, err
+	}
+	if err := w.waitSettled(ctx, []string{follower.ns}, nil, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	gs := []group{leader, follower}
+	b, err := w.newController(gs, ctlOptions{pollInterval: time.Second, pollJitter: 0, config: "maxDigestChanges: 1000\n"})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.start(ctx); err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	if err := b.waitPasses(ctx, int64(len(gs)), time.Minute); err != nil {
+		return nil, err
+	}
+	for _, g := range gs {
+		if err := waitIdle(ctx, w, g.ns, g, "@"+digest); err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+	}
+	var late, fromPush sample
+	for i := range pushes {
+		list, err := w.kube.AppsV1().Deployments(follower.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		digest, err = w.push(leader.image)
+		if err != nil {
+			return nil, err
+		}
+		pushed := time.Now()
+		all, err := waitAllOn(ctx, w, follower, list, "@"+digest)
+		if err != nil {
+			return nil, fmt.Errorf("push %d: the follower: %w", i+1, err)
+		}
+		soakEnd, err := soakEndOf(ctx, w, leader, digest)
+		if err != nil {
+			return nil, fmt.Errorf("push %d: %w", i+1, err)
+		}
+		if all.Before(soakEnd) {
+			return nil, fmt.Errorf("push %d: the follower moved %s before the leader's soak ended", i+1, soakEnd.Sub(all))
+		}
+		late = append(late, all.Sub(soakEnd).Seconds())
+		fromPush = append(fromPush, all.Sub(pushed).Seconds())
+		progress("promote: push %d: the soak ended %s after the push, the follower's 20 targets changed %s after that",
+			i+1, fmtSeconds(soakEnd.Sub(pushed).Seconds()), fmtSeconds(all.Sub(soakEnd).Seconds()))
+		for _, g := range gs {
+			if err := w.waitSettled(ctx, []string{g.ns}, onDigest(digest), 5*time.Minute); err != nil {
+				return nil, err
+			}
+			if err := waitIdle(ctx, w, g.ns, g, "@"+digest); err != nil {
+				return nil, err
+			}
+		}
+	}
+	n := fmt.Sprint(len(late))
+	return []row{
+		{"soak end → all 20 follower targets changed (P1, one cluster)", fmtSeconds(late.median()), span(late), n,
+			fmt.Sprintf("the leader's soak clock (its anchor's soak annotation) + soak %s → the follower's last stored spec on the digest (watch); leader 5, follower 20 one-replica Deployments, --poll-interval 1s", promoteSoak)},
+		{"  push → all follower targets changed", fmtSeconds(fromPush.median()), span(fromPush), n,
+			"the poll, the leader's rollout settling, its first healthy pass starting the clock, the soak, the follower's pass"},
+	}, nil
+}
+
+// deployments are g's one-replica Deployments on image.
+func deployments(g group, image string) []*appsv1.Deployment {
+	var ds []*appsv1.Deployment
+	for _, t := range g.targets {
+		ds = append(ds, deployment(g.ns, t, image))
+	}
+	return ds
+}
+
+// soakEndOf reads when the leader's soak of digest ended, as the engine
+// reckons it: the clock's start on the leader's anchor plus the soak.
+func soakEndOf(ctx context.Context, w *world, leader group, digest string) (time.Time, error) {
+	keys := state.Keys{Prefix: prefix}
+	d, err := w.kube.AppsV1().Deployments(leader.ns).Get(ctx, leader.targets[0], metav1.GetOptions{})
+	if err != nil {
+		return time.Time{}, err
+	}
+	v, err := state.ParseSoak(d.Annotations[keys.Soak(leader.image)])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the leader's soak clock: %w", err)
+	}
+	if v.Digest != digest {
+		return time.Time{}, fmt.Errorf("the leader's soak clock runs for %s, want %s", v.Digest, digest)
+	}
+	return v.Since.Add(promoteSoak), nil
+}
