@@ -27,16 +27,28 @@ quarantine. Every lockout message names this command. Fix what kept the
 rollout from settling first (a NotReady node, a crashing pod), or the group
 locks out again. See docs/states/locked-out.md.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := ro.Validate(); err != nil {
-				return err
-			}
-			return ro.Run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		RunE: validateAndRun(ro),
 	}
 	ro.bind(cmd)
 	cmd.Flags().StringVar(&ro.group, "group", "", "the group to re-arm (required)")
 	return cmd
+}
+
+// command is the shape of a command's options (cert-manager's): Validate
+// checks the flags that need no config and no cluster, Run does the work.
+type command interface {
+	Validate() error
+	Run(ctx context.Context, stdout, stderr io.Writer) error
+}
+
+// validateAndRun is a command's cobra RunE.
+func validateAndRun(o command) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		return o.Run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
 }
 
 // Validate checks the flags that need no config and no cluster.

@@ -71,12 +71,7 @@ annotations instead. A suspension without an end becomes a finding after
 24 h. Groups that follow this one (promotion) are held too. See
 docs/states/suspended.md.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := so.Validate(); err != nil {
-				return err
-			}
-			return so.Run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		RunE: validateAndRun(so),
 	}
 	so.bind(cmd)
 	cmd.Flags().StringVar(&so.group, "group", "", "the group to suspend (required)")
@@ -149,12 +144,7 @@ func newResume(o *options) *cobra.Command {
 		Long: `resume removes the annotations P/suspend and P/suspend-reason from the group's
 anchor and from the copy of its state. ` + "`run`" + ` acts at once (the removal starts a pass); a tick acts on its next run.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := ro.Validate(); err != nil {
-				return err
-			}
-			return ro.Run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		RunE: validateAndRun(ro),
 	}
 	ro.bind(cmd)
 	cmd.Flags().StringVar(&ro.group, "group", "", "the group to resume (required)")
