@@ -129,6 +129,9 @@ type Target struct {
 	// (volumes[].image.reference), which the config writes `volume: NAME`
 	// (K1).
 	Container string `yaml:"container"`
+	// VolumeName is the file's `volume: NAME`, which Parse moves into
+	// Container as VolumeKey(NAME); it is always empty in a parsed Config.
+	VolumeName string `yaml:"volume,omitempty"`
 }
 
 // VolumePrefix marks a Target.Container that names an image volume:

@@ -110,9 +110,8 @@ func parse(data []byte) (*Config, map[string]int, []error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, nil, []error{&FieldError{Line: root.Line, Msg: "the config must be a YAML mapping, got " + describe(root)}}
 	}
-	d := newDecoder()
 	c := Defaults()
-	d.config(root, c)
+	d := decode(data, root, c)
 	errs := append(d.errs, c.validate(d.lines, d.failed)...)
 	return c, d.lines, errs
 }

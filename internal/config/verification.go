@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/image-refresh/image-refresh/internal/imageref"
@@ -214,70 +213,6 @@ func checkGlob(glob string) string {
 		return fmt.Sprintf("%q is not a valid glob: %v", glob, err)
 	}
 	return ""
-}
-
-func (d *decoder) verificationPolicy(path string, n *yaml.Node, p *VerificationPolicy) {
-	d.mapping(path, n, map[string]fieldFunc{
-		"name": d.str(&p.Name),
-		"repositories": func(path string, n *yaml.Node) {
-			d.strings(path, n, &p.Repositories)
-		},
-		"cosign": func(path string, n *yaml.Node) {
-			p.Cosign = &CosignPolicy{}
-			d.mapping(path, n, map[string]fieldFunc{
-				"publicKeys": func(path string, n *yaml.Node) {
-					d.strings(path, n, &p.Cosign.PublicKeys)
-				},
-				"keyless": func(path string, n *yaml.Node) {
-					d.keyless(path, n, &p.Cosign.Keyless)
-				},
-				"trustedRoot": d.str(&p.Cosign.TrustedRoot),
-			})
-		},
-		"notation": func(path string, n *yaml.Node) {
-			p.Notation = &NotationPolicy{}
-			d.mapping(path, n, map[string]fieldFunc{
-				"certificates": func(path string, n *yaml.Node) {
-					d.strings(path, n, &p.Notation.Certificates)
-				},
-				"revocation": d.boolean(&p.Notation.Revocation),
-			})
-		},
-		"attestations": func(path string, n *yaml.Node) {
-			d.sequence(path, n, func(path string, item *yaml.Node) {
-				var a AttestationPolicy
-				d.mapping(path, item, map[string]fieldFunc{
-					"predicateType": d.str(&a.PredicateType),
-					"conditions": func(path string, n *yaml.Node) {
-						d.strings(path, n, &a.Conditions)
-					},
-				})
-				p.Attestations = append(p.Attestations, a)
-			})
-		},
-	})
-}
-
-// keyless decodes cosign.keyless: a list of identities.
-func (d *decoder) keyless(path string, n *yaml.Node, dst *[]KeylessIdentity) {
-	d.sequence(path, n, func(p string, item *yaml.Node) {
-		var id KeylessIdentity
-		d.mapping(p, item, map[string]fieldFunc{
-			"issuer":        d.str(&id.Issuer),
-			"subject":       d.str(&id.Subject),
-			"subjectRegExp": d.str(&id.SubjectRegExp),
-		})
-		*dst = append(*dst, id)
-	})
-}
-
-// strings decodes a list of strings; each item keeps its line.
-func (d *decoder) strings(path string, n *yaml.Node, dst *[]string) {
-	d.sequence(path, n, func(p string, item *yaml.Node) {
-		var s string
-		d.str(&s)(p, item)
-		*dst = append(*dst, s)
-	})
 }
 
 // policyPath names a field of verification[i] with the policy's name, so

@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -20,6 +22,12 @@ import (
 // no TTL is given, and how long a ServiceAccount's imagePullSecrets read
 // from the API are (ServiceAccountsFromAPI).
 const defaultKeychainTTL = 10 * time.Minute
+
+// pullSecretCacheSize bounds the keychains kept (one per image) and the
+// ServiceAccounts' imagePullSecrets kept (one per ServiceAccount): the
+// images and namespaces of a cluster come and go, and one forgotten is read
+// again, as on a restart.
+const pullSecretCacheSize = 4096
 
 // PodAuth is where the pods of one target take their pull secrets from, as
 // the kubelet reads them.
@@ -45,8 +53,10 @@ type SecretSource struct {
 // (Cached). The secrets stay in memory; nothing about them is logged
 // (R20). The zero value is ready to use.
 type PullSecrets struct {
-	mu        sync.Mutex
-	keychains map[string]cachedKeychain // by the caller's key for an image
+	once sync.Once
+	// keychains holds a cachedKeychain by the caller's key for an image;
+	// the caller gives the TTL when it asks, so the age is checked then.
+	keychains *lru.Cache
 }
 
 type cachedKeychain struct {
@@ -54,17 +64,19 @@ type cachedKeychain struct {
 	at time.Time
 }
 
+func (p *PullSecrets) cache() *lru.Cache {
+	p.once.Do(func() { p.keychains = lru.New(pullSecretCacheSize) })
+	return p.keychains
+}
+
 // Cached returns the keychain Keychain last built for key, if it is younger
 // than ttl (0 means defaultKeychainTTL).
 func (p *PullSecrets) Cached(key string, ttl time.Duration) (authn.Keychain, bool) {
-	p.mu.Lock()
-	cached, ok := p.keychains[key]
-	p.mu.Unlock()
 	if ttl <= 0 {
 		ttl = defaultKeychainTTL
 	}
-	if ok && time.Since(cached.at) < ttl {
-		return cached.kc, true
+	if v, ok := p.cache().Get(key); ok && time.Since(v.(cachedKeychain).at) < ttl {
+		return v.(cachedKeychain).kc, true
 	}
 	return nil, false
 }
@@ -94,14 +106,7 @@ func (p *PullSecrets) Keychain(ctx context.Context, src SecretSource, image, key
 		}
 	}
 	var extra []authn.Keychain
-	defer func() {
-		p.mu.Lock()
-		if p.keychains == nil {
-			p.keychains = map[string]cachedKeychain{}
-		}
-		p.keychains[key] = cachedKeychain{kc: Keychain(extra...), at: time.Now()}
-		p.mu.Unlock()
-	}()
+	defer func() { p.cache().Add(key, cachedKeychain{kc: Keychain(extra...), at: time.Now()}) }()
 	namespaces := make([]string, 0, len(secrets))
 	for ns := range secrets {
 		namespaces = append(namespaces, ns)
@@ -158,28 +163,19 @@ type ServiceAccountSource interface {
 // timeout (R14), at most once per defaultKeychainTTL per ServiceAccount:
 // the source of tick and status, which run no informer.
 func ServiceAccountsFromAPI(kube kubernetes.Interface, timeout time.Duration) ServiceAccountSource {
-	return &apiServiceAccounts{kube: kube, timeout: timeout, read: map[string]cachedNames{}}
+	return &apiServiceAccounts{kube: kube, timeout: timeout, read: cache.NewLRUExpireCache(pullSecretCacheSize)}
 }
 
 type apiServiceAccounts struct {
 	kube    kubernetes.Interface
 	timeout time.Duration
-	mu      sync.Mutex
-	read    map[string]cachedNames // by namespace/name
-}
-
-type cachedNames struct {
-	names []string
-	at    time.Time
+	read    *cache.LRUExpireCache // imagePullSecrets names by namespace/name
 }
 
 func (a *apiServiceAccounts) ImagePullSecrets(ctx context.Context, namespace, name string) ([]string, error) {
 	key := namespace + "/" + name
-	a.mu.Lock()
-	cached, ok := a.read[key]
-	a.mu.Unlock()
-	if ok && time.Since(cached.at) < defaultKeychainTTL {
-		return cached.names, nil
+	if names, ok := a.read.Get(key); ok {
+		return names.([]string), nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -191,9 +187,7 @@ func (a *apiServiceAccounts) ImagePullSecrets(ctx context.Context, namespace, na
 		return nil, err
 	}
 	out := pullSecretNames(sa)
-	a.mu.Lock()
-	a.read[key] = cachedNames{names: out, at: time.Now()}
-	a.mu.Unlock()
+	a.read.Add(key, out, defaultKeychainTTL)
 	return out, nil
 }
 

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -97,4 +98,31 @@ type failingServiceAccounts struct{}
 
 func (failingServiceAccounts) ImagePullSecrets(context.Context, string, string) ([]string, error) {
 	return nil, context.DeadlineExceeded
+}
+
+// The keychains kept per image are bounded: the least recently used one
+// goes first and is read again on its next use, as after a restart; one in
+// use stays.
+func TestPullSecrets_R20_KeptKeychainsAreBounded(t *testing.T) {
+	var p PullSecrets
+	src := SecretSource{Kube: fake.NewClientset(), ServiceAccounts: failingServiceAccounts{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p.Keychain(context.Background(), src, "api", "first", nil, false)
+	p.Keychain(context.Background(), src, "api", "used", nil, false)
+	if _, ok := p.Cached("first", 0); !ok {
+		t.Fatal("a keychain just built is not kept")
+	}
+	for i := range pullSecretCacheSize - 1 {
+		p.Keychain(context.Background(), src, "api", fmt.Sprintf("image-%d", i), nil, false)
+		if i == pullSecretCacheSize/2 {
+			if _, ok := p.Cached("used", 0); !ok {
+				t.Fatal("a keychain in use was dropped before the cache was full")
+			}
+		}
+	}
+	if _, ok := p.Cached("used", 0); !ok {
+		t.Error("the keychain used most recently of the oldest was dropped")
+	}
+	if _, ok := p.Cached("first", 0); ok {
+		t.Errorf("%d keychains kept: the least recently used one was not dropped", pullSecretCacheSize+1)
+	}
 }
