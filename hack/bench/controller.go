@@ -329,6 +329,30 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	return b, nil
 }
 
+// startIdle builds and starts a controller for gs and waits until it
+// passed every group once and each group is idle on the digest digestOf
+// names for it. The caller stops it.
+func (w *world) startIdle(ctx context.Context, gs []group, o ctlOptions, digestOf func(group) string) (*bench, error) {
+	b, err := w.newController(gs, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.start(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.waitPasses(ctx, int64(len(gs)), time.Minute); err != nil {
+		b.stop()
+		return nil, err
+	}
+	for _, g := range gs {
+		if err := waitIdle(ctx, w, g.ns, g, "@"+digestOf(g)); err != nil {
+			b.stop()
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+	}
+	return b, nil
+}
+
 // changedAt is when the poller last reported a change of key.
 func (b *bench) changedAt(key string) time.Time {
 	b.changedMu.Lock()

@@ -42,22 +42,13 @@ func measurePromote(ctx context.Context, w *world, pushes int) ([]row, error) {
 		return nil, err
 	}
 	gs := []group{leader, follower}
-	b, err := w.newController(gs, ctlOptions{pollInterval: time.Second, pollJitter: 0, config: "maxDigestChanges: 1000\n"})
+	first := digest
+	b, err := w.startIdle(ctx, gs, ctlOptions{pollInterval: time.Second, pollJitter: 0, config: "maxDigestChanges: 1000\n"},
+		func(group) string { return first })
 	if err != nil {
 		return nil, err
 	}
-	if err := b.start(ctx); err != nil {
-		return nil, err
-	}
 	defer b.stop()
-	if err := b.waitPasses(ctx, int64(len(gs)), time.Minute); err != nil {
-		return nil, err
-	}
-	for _, g := range gs {
-		if err := waitIdle(ctx, w, g.ns, g, "@"+digest); err != nil {
-			return nil, fmt.Errorf("setup: %w", err)
-		}
-	}
 	var late, fromPush sample
 	for i := range pushes {
 		list, err := w.kube.AppsV1().Deployments(follower.ns).List(ctx, metav1.ListOptions{})

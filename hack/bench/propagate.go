@@ -33,22 +33,12 @@ func measurePropagate(ctx context.Context, w *world, pushes int) ([]row, error) 
 	}
 	// The flap guard (maxDigestChanges, default 3 an hour) would rightly
 	// hold the tag after the third push: lift it for this run.
-	b, err := w.newController(gs, ctlOptions{pollInterval: time.Second, pollJitter: 0, config: "maxDigestChanges: 1000\n"})
+	b, err := w.startIdle(ctx, gs, ctlOptions{pollInterval: time.Second, pollJitter: 0, config: "maxDigestChanges: 1000\n"},
+		func(g group) string { return digests[g.name] })
 	if err != nil {
 		return nil, err
 	}
-	if err := b.start(ctx); err != nil {
-		return nil, err
-	}
 	defer b.stop()
-	if err := b.waitPasses(ctx, int64(len(gs)), time.Minute); err != nil {
-		return nil, err
-	}
-	for _, g := range gs {
-		if err := waitIdle(ctx, w, g.ns, g, "@"+digests[g.name]); err != nil {
-			return nil, fmt.Errorf("setup: %w", err)
-		}
-	}
 	var rows []row
 	for _, g := range gs {
 		var fromPoll, fromPush, pollLag sample
