@@ -27,6 +27,14 @@ func (d *decoder) config(n *yaml.Node, c *Config) {
 		"firstInstall":          d.str((*string)(&c.FirstInstall)),
 		"pinFormat":             d.str((*string)(&c.PinFormat)),
 		"failOnRunningStale":    d.boolean(&c.FailOnRunningStale),
+		"installation":          d.str(&c.Installation),
+		"promotionSigning": func(path string, n *yaml.Node) {
+			c.PromotionSigning = &PromotionSigning{}
+			d.mapping(path, n, map[string]fieldFunc{
+				"keyFile":      d.str(&c.PromotionSigning.KeyFile),
+				"passwordFile": d.str(&c.PromotionSigning.PasswordFile),
+			})
+		},
 		"rolloutWindows": func(path string, n *yaml.Node) {
 			d.sequence(path, n, func(path string, n *yaml.Node) {
 				c.RolloutWindows = append(c.RolloutWindows, RolloutWindow{})
@@ -108,6 +116,31 @@ func (d *decoder) group(path string, n *yaml.Node, g *Group) {
 			d.mapping(path, n, map[string]fieldFunc{
 				"after": d.str(&g.Promotion.After),
 				"soak":  d.duration(&g.Promotion.Soak),
+				"attestedBy": func(path string, n *yaml.Node) {
+					a := &AttestedBy{}
+					g.Promotion.AttestedBy = a
+					d.mapping(path, n, map[string]fieldFunc{
+						"name": d.str(&a.Name),
+						"cosign": func(path string, n *yaml.Node) {
+							a.Cosign = &CosignPolicy{}
+							d.mapping(path, n, map[string]fieldFunc{
+								"publicKeys": func(path string, n *yaml.Node) {
+									d.strings(path, n, &a.Cosign.PublicKeys)
+								},
+								"keyless": func(path string, n *yaml.Node) {
+									d.keyless(path, n, &a.Cosign.Keyless)
+								},
+								"trustedRoot": d.str(&a.Cosign.TrustedRoot),
+							})
+						},
+					})
+				},
+				"publish": func(path string, n *yaml.Node) {
+					g.Promotion.Publish = &PromotionPublish{}
+					d.mapping(path, n, map[string]fieldFunc{
+						"soak": d.duration(&g.Promotion.Publish.Soak),
+					})
+				},
 			})
 		},
 		"anchor": func(path string, n *yaml.Node) {
