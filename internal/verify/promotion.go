@@ -330,10 +330,11 @@ func VerifyPromotion(ctx context.Context, ref name.Digest, a *config.AttestedBy,
 	if l.index, err = l.referrers(); err != nil {
 		return v, err
 	}
-	for _, d := range l.index.Manifests {
-		if strings.HasPrefix(d.ArtifactType, BundleMediaTypePrefix) {
-			l.sawBundle = true
-		}
+	// The bundles among the referrers, read as V1 reads them, tell
+	// whether the digest has any (then only bundles count, as with cosign
+	// verify-attestation); their verdict is not this one's.
+	if err := l.bundles(); err != nil {
+		return v, err
 	}
 	if v.Attestation, err = l.attestation(reqs[0]); err != nil {
 		return v, err
