@@ -116,7 +116,10 @@ func (r *Runner) publish(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 		if _, err := r.States().Update(ctx, p.Anchor, nil, map[string]*string{keys.Published(pub.Image): &value}); err != nil {
 			msg += fmt.Sprintf("; recording it on %s failed (%v): the next pass publishes it again", p.Anchor, err)
 		}
-		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityInfo, Reason: refresh.ReasonPromotionPublished, Image: pub.Image, Event: true, Message: msg})
+		p.Findings = append(p.Findings, refresh.Finding{Severity: refresh.SeverityInfo, Reason: refresh.ReasonPromotionPublished, Image: pub.Image, Message: msg})
+		if anchor := snap.Objects[p.Anchor]; anchor != nil {
+			r.event(ctx, anchor, "Normal", refresh.ReasonPromotionPublished, msg)
+		}
 	}
 }
 
