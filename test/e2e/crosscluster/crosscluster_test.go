@@ -27,6 +27,7 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/localcluster"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
+	"github.com/image-refresh/image-refresh/test/support/testregistry"
 	"github.com/image-refresh/image-refresh/test/support/testsign"
 )
 
@@ -297,4 +298,72 @@ func referrers(t *testing.T, d name.Digest) int {
 		t.Fatal(err)
 	}
 	return len(m.Manifests)
+}
+
+// A publication the registry refuses (no push rights) is a WARN, an Event
+// and a metric, holds nothing (staging keeps its build, the tick exits
+// 0), records nothing, and is tried again: the next pass after the
+// registry accepts it publishes it, once.
+func TestTick_P2_APublicationTheRegistryRefusesIsReportedAndTriedAgain(t *testing.T) {
+	a := e2e.New(t)
+	a.Clock = e2e.NewClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	key, _ := keyPair(t, t.TempDir(), "staging")
+	a.Push("web", "prod")
+	tag := a.Repo("web") + ":prod"
+	gated(a, "staging", tag)
+	cfg := a.Config("installation: staging\npromotionSigning: {keyFile: " + key + "}\ngroups:\n" +
+		strings.Replace(e2e.OneGroup("staging", "web", "staging", "web"), "    anchor:", "    promotion: {publish: {soak: 0s}}\n    anchor:", 1))
+	a.PinAll(cfg)
+	good := a.Push("web", "prod")
+	a.Tick(cfg) // moves staging to good
+	if got := a.Image("staging", "web"); got != tag+"@"+good {
+		t.Fatalf("staging on %s, want %s", got, good)
+	}
+
+	// The next pass soaks it (0s) and publishes: the registry refuses the
+	// attestation's manifest.
+	a.Reg.SetFault(testregistry.Fault{Method: "PUT", Status: 403})
+	metrics := filepath.Join(t.TempDir(), "metrics.prom")
+	code, logs := a.Tick(cfg, "--metrics-file", metrics)
+	if code != 0 || a.Image("staging", "web") != tag+"@"+good {
+		t.Fatalf("tick with the push refused: exit %d, staging on %s; want 0 and %s (a publication never holds the group):\n%s", code, a.Image("staging", "web"), good, logs)
+	}
+	if a.Reg.Count("PUT", "/manifests/sha256:") == 0 {
+		t.Fatalf("no attestation was pushed: the publication did not run:\n%s", logs)
+	}
+	if len(e2e.LogLines(logs, "WARN", "its promotion attestation could not be published", good, "tried again in 1m0s")) != 1 {
+		t.Errorf("want one WARN saying the publication of %s failed and is tried again:\n%s", good, logs)
+	}
+	if !e2e.HasEvent(a.Events("staging"), "PromotionPublishFailed", "push rights") {
+		t.Errorf("no PromotionPublishFailed Event naming the fix: %v", a.Events("staging"))
+	}
+	prom, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`image_refresh_group_needs_attention{group="staging",reason="PromotionPublishFailed"} 1`,
+		`image_refresh_promotion_publishes_total{group="staging",image="web",result="failed"} 1`} {
+		if !strings.Contains(string(prom), want) {
+			t.Errorf("the metrics file lacks %s", want)
+		}
+	}
+	if v := a.Annotations("staging")[a.Key("published-web")]; v != "" {
+		t.Fatalf("a refused publication was recorded: %q", v)
+	}
+
+	// The registry accepts it again: the next tick publishes, once.
+	a.Reg.ClearFault()
+	a.Clock.Add(time.Minute)
+	code, logs = a.Tick(cfg)
+	if got, want := a.Annotations("staging")[a.Key("published-web")], good+" 2026-12-07T12:01:00Z"; code != 0 || got != want {
+		t.Fatalf("after the fault: exit %d, published %q, want %q:\n%s", code, got, want, logs)
+	}
+	a.Tick(cfg)
+	d, err := name.NewDigest(a.Repo("web")+"@"+good, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := referrers(t, d); n != 1 {
+		t.Errorf("%d referrers of %s, want the one attestation", n, good)
+	}
 }
