@@ -367,3 +367,46 @@ func TestTick_P2_APublicationTheRegistryRefusesIsReportedAndTriedAgain(t *testin
 		t.Errorf("%d referrers of %s, want the one attestation", n, good)
 	}
 }
+
+// In `run`, the leader publishes when its soak ends, on a timer of its
+// own (no event, no poll, no resync starts that pass); a follower whose
+// new digest carries the signer's attestation (soak 0s) moves on its
+// next pass.
+func TestRun_P2_TheLeaderPublishesWhenItsSoakEndsAndTheFollowerMovesOnIt(t *testing.T) {
+	a := e2e.New(t)
+	a.Clock = e2e.NewClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	key, pub := keyPair(t, t.TempDir(), "staging")
+	first := a.Push("web", "prod")
+	tag := a.Repo("web") + ":prod"
+	gated(a, "staging", tag)
+	cfg := a.Config("installation: staging\npromotionSigning: {keyFile: " + key + "}\ngroups:\n" +
+		strings.Replace(e2e.OneGroup("staging", "web", "staging", "web"), "    anchor:", "    promotion: {publish: {soak: 2s}}\n    anchor:", 1))
+	a.PinAll(cfg)
+	good := a.Push("web", "prod")
+
+	ctl := a.StartRun(cfg, "--poll-interval", "1h")
+	ctl.WaitReady(t)
+	a.UntilDeployments(60*time.Second, "staging soaks the new build", func() bool {
+		return strings.HasPrefix(a.Annotations("staging")[a.Key("soak-web")], good+" 2026-12-07T12:00:00Z")
+	})
+	if v := a.Annotations("staging")[a.Key("published-web")]; v != "" {
+		t.Fatalf("published %q before the soak's end", v)
+	}
+	a.Clock.Add(3 * time.Second)
+	a.UntilDeployments(60*time.Second, "staging publishes at the soak's end", func() bool {
+		return strings.HasPrefix(a.Annotations("staging")[a.Key("published-web")], good+" ")
+	})
+
+	// A follower (here on the same cluster, as another installation
+	// would be) whose new digest carries staging's attestation moves on
+	// its first pass.
+	testenv.Deployment(t, a.C.Client, a.NS, "prod", testenv.WithContainer("web", tag+"@"+first), testenv.WithReplicas(1))
+	a.Settle("Deployment", "prod")
+	follower := a.Config("groups:\n" + e2e.OneGroup("prod", "web", "prod", "web") +
+		"    promotion: {attestedBy: {name: staging, cosign: {publicKeys: [" + pub + "]}}}\n")
+	prodAnchor := map[string]*string{a.Key("last-refreshed-web-digest"): e2e.Ptr(first)}
+	a.Annotate("prod", prodAnchor)
+	if code, logs := a.Tick(follower); code != 0 || a.Image("prod", "web") != tag+"@"+good {
+		t.Fatalf("the follower's tick: exit %d, prod on %s, want %s:\n%s", code, a.Image("prod", "web"), good, logs)
+	}
+}
