@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/test/support/cosigncli"
@@ -287,4 +288,40 @@ func writeP2File(t *testing.T, dir, name string, data []byte) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A signing key that does not parse, or an encrypted one whose password
+// is wrong, stops the config's load naming promotionSigning.keyFile; the
+// right password loads.
+func TestCheckTrust_P2_ASigningKeyThatDoesNotParseOrDecryptIsAConfigError(t *testing.T) {
+	dir := t.TempDir()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := cryptoutils.MarshalPrivateKeyToEncryptedDER(k, func(bool) ([]byte, error) { return []byte("s3cret"), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	encrypted := writeP2File(t, dir, "cosign.key", pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED SIGSTORE PRIVATE KEY", Bytes: der}))
+	right := writeP2File(t, dir, "right", []byte("s3cret\n"))
+	wrong := writeP2File(t, dir, "wrong", []byte("guess"))
+	garbage := writeP2File(t, dir, "garbage.key", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("not DER")}))
+	load := func(key, password string) error {
+		signing := "promotionSigning: {keyFile: " + key
+		if password != "" {
+			signing += ", passwordFile: " + password
+		}
+		path := writeP2File(t, t.TempDir(), "config.yaml", []byte("installation: staging\n"+signing+"}\ngroups: []\n"))
+		_, err := config.Load(path, CheckTrust)
+		return err
+	}
+	if err := load(encrypted, right); err != nil {
+		t.Fatalf("the right password: %v", err)
+	}
+	for name, err := range map[string]error{"a wrong password": load(encrypted, wrong), "a key that does not parse": load(garbage, "")} {
+		if err == nil || !strings.Contains(err.Error(), "promotionSigning.keyFile") {
+			t.Errorf("%s: Load = %v, want an error at promotionSigning.keyFile", name, err)
+		}
+	}
 }
