@@ -219,18 +219,63 @@ func (g Group) Workloads() []Workload {
 	return out
 }
 
-// Promotion is a group's place behind another (P1).
+// Promotion is a group's place behind another (P1), or behind a signer in
+// another cluster (P2), and what it publishes for others (P2).
 type Promotion struct {
-	// After names the leader group, of the same config.
+	// After names the leader group, of the same config (P1).
 	After string `yaml:"after"`
+	// AttestedBy names the installation, in another cluster, whose signed
+	// promotion attestation a digest needs before this group moves to it
+	// (P2); exclusive with After.
+	AttestedBy *AttestedBy `yaml:"attestedBy,omitempty"`
 	// Soak is how long the leader must have run a digest settled and
 	// healthy before this group moves to it; 0 moves once the leader runs
-	// it settled and healthy.
+	// it settled and healthy. Under AttestedBy it is the extra wait after
+	// the attestation's time.
 	Soak time.Duration `yaml:"soak"`
+	// Publish makes this group's installation publish a signed promotion
+	// attestation for each digest the group ran settled and healthy for
+	// Publish.Soak (P2), signed with PromotionSigning's key.
+	Publish *PromotionPublish `yaml:"publish,omitempty"`
 	// Images maps each image name of this group to the leader's image of
 	// the same repository and tag; set by validation.
 	Images map[string]string `yaml:"-"`
 }
+
+// AttestedBy is the signer a cross-cluster follower trusts (P2): the
+// installation's name, which the attestation's predicate must carry, and
+// the keys or keyless identities it signs with (V1's trust rules).
+type AttestedBy struct {
+	Name   string        `yaml:"name"`
+	Cosign *CosignPolicy `yaml:"cosign"`
+	// Policy is the verification policy validation derives from it: the
+	// cosign trust, and one required attestation of
+	// PromotionPredicateType whose predicate names the installation (V5's
+	// reader checks it). Load reads its keys.
+	Policy *VerificationPolicy `yaml:"-"`
+}
+
+// PromotionPublish is what a leader publishes (P2).
+type PromotionPublish struct {
+	// Soak is how long the group must have run a digest settled and
+	// healthy before its promotion attestation is published.
+	Soak time.Duration `yaml:"soak"`
+}
+
+// PromotionSigning is the key promotion attestations are signed with
+// (P2): a PEM private key file (PKCS#8, EC or PKCS#1, or cosign's
+// encrypted cosign.key) and, for an encrypted one, a file holding its
+// password. Load reads both; internal/verify parses them.
+type PromotionSigning struct {
+	KeyFile      string `yaml:"keyFile"`
+	PasswordFile string `yaml:"passwordFile,omitempty"`
+	Key          []byte `yaml:"-"`
+	Password     []byte `yaml:"-"`
+}
+
+// PromotionPredicateType is the in-toto predicate type of a promotion
+// attestation (P2).
+const PromotionPredicateType = "https://image-refresh.dev/promotion/v1"
 
 // OnFailedRollout is a group's answer to a failed digest-change rollout (V2).
 type OnFailedRollout string
@@ -307,6 +352,11 @@ type Config struct {
 	// Verification are the signature policies of V1; the first whose
 	// repositories match an image applies to it (VerificationFor).
 	Verification []VerificationPolicy `yaml:"verification"`
+	// Installation names this installation of image-refresh (one cluster's)
+	// in the promotion attestations it publishes (P2).
+	Installation string `yaml:"installation,omitempty"`
+	// PromotionSigning is the key those attestations are signed with (P2).
+	PromotionSigning *PromotionSigning `yaml:"promotionSigning,omitempty"`
 	// Kinds declares workload kinds beyond the built-in four (K2).
 	Kinds  []DeclaredKind `yaml:"kinds"`
 	Groups []Group        `yaml:"groups"`

@@ -42,6 +42,7 @@ func Load(path string, checks ...Checker) (*Config, error) {
 			}
 		}
 		errs = append(errs, c.loadKeys(lines)...)
+		errs = append(errs, c.loadPromotion(lines)...)
 		if len(errs) == 0 {
 			for _, check := range checks {
 				check(c, func(named, plain, msg string) {

@@ -81,7 +81,8 @@ func (c *Config) validate(lines map[string]int, failed map[string]bool) []error 
 	v.verification(c.Verification)
 	v.declaredKinds(c.Kinds)
 	v.groups(c.Groups, prefix)
-	v.promotions(c.Groups)
+	v.promotionSigning(c)
+	v.promotions(c.Groups, c)
 	return v.errs
 }
 

@@ -33,7 +33,11 @@ type Metrics struct {
 	// result: verified, unverified, error (V1). A digest is looked up once
 	// per policy, so this counts new digests, not passes.
 	Verifications *prometheus.CounterVec
-	RateLimit     RateLimit
+	// PromotionPublishes counts the promotion attestations this
+	// installation tried to publish (P2), by group, image and result:
+	// published, failed (each failed try; it is tried again).
+	PromotionPublishes *prometheus.CounterVec
+	RateLimit          RateLimit
 
 	mu      sync.Mutex
 	targets map[string]map[Target]bool // group → its targets (SetTargets)
@@ -154,6 +158,11 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 		Name: "image_refresh_verifications_total",
 		Help: "Signature lookups of a new digest against its repository's verification policy, by result: verified, unverified, error.",
 	}, []string{"policy", "result"})
+	m.PromotionPublishes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "image_refresh_promotion_publishes_total",
+		Help: "Promotion attestations this installation tried to publish for a digest its group soaked (P2), by result: published, failed (each try; a failed one is tried again).",
+	}, []string{"group", "image", "result"})
+	m.PromotionPublishes = Register(reg, m.PromotionPublishes)
 	m.TargetOnDigest = Register(reg, m.TargetOnDigest)
 	m.PodsOffDigest = Register(reg, m.PodsOffDigest)
 	m.GroupLockedOut = Register(reg, m.GroupLockedOut)

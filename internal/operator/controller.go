@@ -319,7 +319,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !plan.WaitUntil.IsZero() {
 		after = min(after, max(time.Until(plan.WaitUntil), 0)+time.Second)
 	}
-	if plan.Repin != nil && len(plan.Repin.Changes) == 0 && len(c.Runner.Config.Followers(g.Name)) > 0 {
+	if plan.Repin != nil && len(plan.Repin.Changes) == 0 && (len(c.Runner.Config.Followers(g.Name)) > 0 || (g.Promotion != nil && g.Promotion.Publish != nil)) {
 		// P1: the pass confirmed a settled rollout (no event follows its
 		// writes); the next one starts the soak clock the followers read.
 		after = min(after, 100*time.Millisecond)

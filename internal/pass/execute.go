@@ -25,6 +25,7 @@ func (r *Runner) Execute(ctx context.Context, p *refresh.Plan, snap Snapshot) {
 		return
 	}
 	r.clearSkipStreak(ctx, p, anchor)
+	r.publish(ctx, p, snap)
 	if p.Repin == nil {
 		return
 	}

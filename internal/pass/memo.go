@@ -41,6 +41,7 @@ type memos struct {
 	indexes   *memo[string, []string]           // repository@digest → its platform digests (N1)
 	served    *memo[string, []refresh.Platform] // digest → the platforms it serves (V3)
 	pinChecks *memo[refresh.PinRef, pinChecked] // V4's last answer per pinned digest, and when it was asked
+	promoted  *memo[string, promotionEntry]     // signer, repository@digest → its promotion attestation's lookup (P2)
 }
 
 // memo returns the Runner's memos.
@@ -53,6 +54,7 @@ func (r *Runner) memo() *memos {
 			indexes:   newMemo[string, []string](memoSize),
 			served:    newMemo[string, []refresh.Platform](memoSize),
 			pinChecks: newMemo[refresh.PinRef, pinChecked](memoSize),
+			promoted:  newMemo[string, promotionEntry](memoSize),
 		}
 	})
 	return r.memos

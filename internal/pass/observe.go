@@ -24,6 +24,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/registry"
 	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/statestore"
+	"github.com/image-refresh/image-refresh/internal/verify"
 	"github.com/image-refresh/image-refresh/internal/workload"
 )
 
@@ -78,6 +79,11 @@ type Runner struct {
 	// memos keeps registry answers a pass reuses, bounded (memo.go).
 	memos    *memos
 	memoOnce sync.Once
+	// promoterV is the signer of promotion attestations (P2), parsed
+	// once (promoter).
+	promoterV    *verify.Promoter
+	promoterErr  error
+	promoterOnce sync.Once
 	// countedAsks holds, per group, the failed registry asks whose
 	// failures a pass stored toward maxReadFailures (R1): the plans'
 	// CountedAsks, passed back as each next observation's.
@@ -224,6 +230,11 @@ func (r *Runner) Observe(ctx context.Context, g config.Group, latest Latest) Sna
 					}
 					obs.Verification[img.Name] = v
 				}
+			}
+			// P2: and, for a follower of another cluster, its promotion
+			// attestation.
+			if res.Err == nil {
+				r.observePromotion(ctx, g, img, res.Digest, keychain, &obs)
 			}
 			// V3: and the platforms it serves against the nodes'.
 			if res.Err == nil {

@@ -321,7 +321,7 @@ func (r *Runner) report(ctx context.Context, p *refresh.Plan, snap Snapshot, dry
 		}
 	}
 	m.SetTargets(p.Group, targets)
-	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonDigestQuarantined, refresh.ReasonRewriteFight, refresh.ReasonRunningStale, refresh.ReasonDigestUnverified, refresh.ReasonRolledBack, refresh.ReasonPlatformMissing, refresh.ReasonPinMissing, refresh.ReasonSuspendedWithoutEnd} {
+	for _, reason := range []string{refresh.ReasonRefreshLockedOut, refresh.ReasonRefreshFrozen, refresh.ReasonStalePin, refresh.ReasonRefreshError, refresh.ReasonTagFlapping, refresh.ReasonDigestQuarantined, refresh.ReasonRewriteFight, refresh.ReasonRunningStale, refresh.ReasonDigestUnverified, refresh.ReasonRolledBack, refresh.ReasonPlatformMissing, refresh.ReasonPinMissing, refresh.ReasonSuspendedWithoutEnd, refresh.ReasonPromotionPublishFailed} {
 		v := 0.0
 		for _, f := range p.Findings {
 			if (f.NeedsHuman || f.Event) && f.Reason == reason {

@@ -182,6 +182,11 @@ type Observation struct {
 	// Followers names the groups that follow this one (P1): its pass
 	// keeps the soak clock they read.
 	Followers []string
+	// Promotions holds, for a group that follows a signer in another
+	// cluster (P2, promotion.attestedBy), per image, what was found of the
+	// promotion attestation of the registry's digest when that digest is
+	// not the record yet.
+	Promotions map[string]PromotionEvidence
 	// Needs holds, per image name, the platforms that the nodes its
 	// targets can run on need, one node named per platform (V3): present
 	// only for an image whose new digest (or V2 rollback target) this
@@ -213,6 +218,28 @@ type Verification struct {
 	// Attestations names the required attestations (predicate types, V5)
 	// that did not count, when the signature itself verified; "" else.
 	Attestations string
+}
+
+// PromotionEvidence is what a follower of another cluster found of one
+// digest's promotion attestation (P2).
+type PromotionEvidence struct {
+	// Digest is the digest looked up; Signer the attestedBy name.
+	Digest string
+	Signer string
+	// Attested: a valid promotion attestation from the signer was found;
+	// At is its time (when the signer's soak ended).
+	Attested bool
+	At       time.Time
+	// Rejected: attestations were found and none counted (forged, wrong
+	// key, another digest, another installation).
+	Rejected bool
+	// Verdict says in one line what was found.
+	Verdict string
+	// Err is the registry read that failed (R1): no verdict.
+	Err error
+	// Recheck, for a digest without a valid attestation, is when it is
+	// looked up again: `run` passes the group then.
+	Recheck time.Time
 }
 
 // Revert is one write that changed a workload's container images, as the

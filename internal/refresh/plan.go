@@ -47,6 +47,12 @@ type Plan struct {
 	// itself (a soak's end, P1; minDigestAge, R22): the controller runs the
 	// group again then, not at its next resync.
 	WakeAt time.Time
+	// Publish lists the promotion attestations this plan publishes (P2):
+	// the group ran the digest settled and healthy for
+	// promotion.publish.soak and none was published for it yet. The
+	// executor signs and pushes each, then records it
+	// (state.Keys.Published); a push that fails is a WARN and is retried.
+	Publish []Publication
 	// SoakPending: the group is settled on its record, but its pods do not
 	// all report it Ready yet, so its soak clock (P1) has not started; the
 	// controller looks again soon, as no event of its workloads may follow.
@@ -70,6 +76,17 @@ type Plan struct {
 	// WaitFailure: the failure signals (FailureSignals) the wait ended on
 	// before rolloutTimeout, "" when it did not (V2).
 	WaitFailure string
+}
+
+// Publication is one promotion attestation to publish (P2).
+type Publication struct {
+	Image      string
+	Repository string
+	Digest     string
+	// Since is when the group began to run the digest settled and
+	// healthy; Soak how long it had to.
+	Since time.Time
+	Soak  time.Duration
 }
 
 // NeedsHuman reports whether any finding is not benign: one-shot mode then
@@ -207,6 +224,12 @@ const (
 	// ReasonPinMissing: the registry no longer holds a pinned digest or
 	// the digest V2 rolls back to (V4).
 	ReasonPinMissing = "PinMissing"
+	// ReasonPromotionPublishFailed: a promotion attestation could not be
+	// signed or pushed (P2); it is tried again.
+	ReasonPromotionPublishFailed = "PromotionPublishFailed"
+	// ReasonPromotionPublished: a promotion attestation was published
+	// (P2).
+	ReasonPromotionPublished = "PromotionPublished"
 	// ReasonPlatformMissing: a new digest lacks a platform the nodes its
 	// targets can run on need (V3).
 	ReasonPlatformMissing = "PlatformMissing"

@@ -29,7 +29,9 @@ var soakHealthy = []State{StatePinned, StateWaiting, StateWindowClosed, StateQue
 // settled and healthy, and the pods' restart count then. A pass that finds
 // the group otherwise deletes the clock; a restart starts it over.
 func (d *decision) soak() {
-	if len(d.obs.Followers) == 0 {
+	pr := d.obs.Group.Promotion
+	publishes := pr != nil && pr.Publish != nil
+	if len(d.obs.Followers) == 0 && !publishes {
 		return
 	}
 	for _, img := range d.obs.Group.Images {
@@ -47,19 +49,26 @@ func (d *decision) soak() {
 			d.p.SoakPending = d.p.SoakPending || pods
 			if had {
 				d.p.Bookkeeping.set(key, nil, d.ann)
+				waiting := "group(s) " + strings.Join(d.obs.Followers, ", ") + " wait for it"
+				if len(d.obs.Followers) == 0 {
+					waiting = "its promotion attestation waits for it (P2)"
+				}
 				d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf(
-					"the soak of %s by group %s stops: %s; group(s) %s wait for it", recorded, d.p.Group, why, strings.Join(d.obs.Followers, ", "))})
+					"the soak of %s by group %s stops: %s; %s", recorded, d.p.Group, why, waiting)})
 			}
 			continue
 		}
 		old, err := state.ParseSoak(v)
 		switch {
 		case had && err == nil && old.Digest == recorded && restarts == old.Restarts:
-			continue // soaking on
+			// soaking on
+			d.publishSoaked(img, old)
+			continue
 		case had && err == nil && old.Digest == recorded && restarts < old.Restarts:
 			// Pods were replaced (fewer restarts, none new): the clock
 			// runs on from the new count.
 			d.p.Bookkeeping.set(key, ptr(state.SoakValue{Digest: recorded, Since: old.Since, Restarts: restarts}.String()), d.ann)
+			d.publishSoaked(img, old)
 			continue
 		case had && err == nil && old.Digest == recorded:
 			d.find(Finding{Severity: SeverityInfo, Image: img.Name, Message: fmt.Sprintf(
@@ -67,8 +76,33 @@ func (d *decision) soak() {
 		case had && err != nil:
 			d.find(Finding{Severity: SeverityWarn, Image: img.Name, Message: fmt.Sprintf("annotation %s on %s: %v; the soak starts over (fail-safe)", key, d.p.Anchor, err)})
 		}
-		d.p.Bookkeeping.set(key, ptr(state.SoakValue{Digest: recorded, Since: d.now(), Restarts: restarts}.String()), d.ann)
+		clock := state.SoakValue{Digest: recorded, Since: d.now(), Restarts: restarts}
+		d.p.Bookkeeping.set(key, ptr(clock.String()), d.ann)
+		d.publishSoaked(img, clock)
 	}
+}
+
+// publishSoaked is P2's part of the soak: once a group that publishes ran
+// the recorded digest settled and healthy for promotion.publish.soak, the
+// plan publishes its promotion attestation, once (state.Keys.Published
+// records it); before, `run` wakes at the soak's end.
+func (d *decision) publishSoaked(img config.Image, clock state.SoakValue) {
+	pr := d.obs.Group.Promotion
+	if pr == nil || pr.Publish == nil {
+		return
+	}
+	if v, ok := d.value(d.keys.Published(img.Name)); ok {
+		digest, _, err := state.ParsePublished(v)
+		if err == nil && digest == clock.Digest {
+			return // published already
+		}
+	}
+	at := clock.Since.Add(pr.Publish.Soak)
+	if at.After(d.now()) {
+		d.wakeAt(at)
+		return
+	}
+	d.p.Publish = append(d.p.Publish, Publication{Image: img.Name, Repository: img.Repository, Digest: clock.Digest, Since: clock.Since, Soak: pr.Publish.Soak})
 }
 
 // healthy says why img's targets do not run recorded settled and healthy
@@ -135,6 +169,12 @@ func (d *decision) promotionHold(img config.Image, recorded, latest string) *hol
 	pr := d.obs.Group.Promotion
 	if pr == nil {
 		return nil
+	}
+	if pr.AttestedBy != nil {
+		return d.attestedHold(img, recorded, latest)
+	}
+	if pr.After == "" {
+		return nil // a group that only publishes (P2)
 	}
 	l := d.obs.Leader
 	leaderImage := pr.Images[img.Name]
@@ -207,4 +247,53 @@ func (d *decision) wakeAt(t time.Time) {
 	if d.p.WakeAt.IsZero() || t.Before(d.p.WakeAt) {
 		d.p.WakeAt = t
 	}
+}
+
+// attestedHold holds a follower of another cluster's move to latest until
+// latest carries a valid promotion attestation from its signer, and the
+// extra soak after the attestation's time passed (P2): nil lets it move.
+// A digest without one waits; one whose attestations were all rejected
+// (forged, signed with another key, made for another digest or by another
+// installation) is unverified, and the reason says why.
+func (d *decision) attestedHold(img config.Image, recorded, latest string) *hold {
+	pr := d.obs.Group.Promotion
+	signer := pr.AttestedBy.Name
+	ev, ok := d.obs.Promotions[img.Name]
+	held := fmt.Sprintf("held on the recorded digest %s meanwhile", recorded)
+	wait := func(sev Severity, format string, args ...any) *hold {
+		msg := fmt.Sprintf(format, args...) + "; " + held
+		return &hold{state: StateWaiting, finding: Finding{Severity: sev, Image: img.Name, Message: msg}}
+	}
+	switch {
+	case !ok || ev.Digest != latest:
+		// An answer for another digest proves nothing about this one
+		// (fail-closed).
+		return wait(SeverityInfo, "waiting: %s:%s moved to %s, whose promotion attestation from %s was not looked up",
+			img.Repository, img.Tag, latest, signer)
+	case ev.Err != nil:
+		return wait(SeverityWarn, "waiting: the promotion attestation of %s@%s from %s cannot be read (%v): it does not move without it (fail-safe)",
+			img.Repository, latest, signer, ev.Err)
+	case ev.Rejected:
+		if !ev.Recheck.IsZero() {
+			d.wakeAt(ev.Recheck)
+		}
+		msg := fmt.Sprintf("the registry serves %s:%s at %s, and no promotion attestation of it from %s verified: %s; %s",
+			img.Repository, img.Tag, latest, signer, ev.Verdict, "held on the recorded digest "+recorded)
+		return &hold{state: StateUnverified, finding: Finding{Severity: SeverityWarn, Reason: ReasonDigestUnverified, Image: img.Name, NeedsHuman: true, Message: msg,
+			Remediation: fmt.Sprintf("only installation %s, with a key or identity of promotion.attestedBy, can promote a digest here: let it run %s@%s for its soak, or check promotion.attestedBy's keys; an attestation signed with another key, made for another digest or by another installation never counts",
+				signer, img.Repository, latest)}}
+	case !ev.Attested:
+		if !ev.Recheck.IsZero() {
+			d.wakeAt(ev.Recheck)
+		}
+		return wait(SeverityInfo, "waiting: %s:%s moved to %s, which carries no promotion attestation from %s yet (%s runs it first, and attests it once it soaked there)",
+			img.Repository, img.Tag, latest, signer, signer)
+	}
+	at := ev.At.Add(pr.Soak)
+	if left := at.Sub(d.now()); left > 0 {
+		d.wakeAt(at)
+		return wait(SeverityInfo, "waiting: %s attested %s@%s at %s; it moves here after the soak of %s, in %s (at %s)",
+			signer, img.Repository, latest, ev.At.UTC().Format(time.RFC3339), pr.Soak, left.Round(time.Second), at.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

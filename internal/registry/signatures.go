@@ -35,3 +35,49 @@ func (r *Resolver) Signatures(ctx context.Context, repository, digest string, po
 	}
 	return v, nil
 }
+
+// Promotion looks for repository@digest's promotion attestation from the
+// signer of a follower (P2): V5's reader through the repository's session.
+// A registry that cannot be read is an error (R1), never a verdict.
+func (r *Resolver) Promotion(ctx context.Context, repository, digest string, a *config.AttestedBy, kc authn.Keychain) (verify.PromotionVerdict, error) {
+	ref, route, err := r.digestRef(repository, digest)
+	if err != nil {
+		return verify.PromotionVerdict{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	sess, err := r.puller(ctx, ref.Context(), route, kc)
+	if err != nil {
+		return verify.PromotionVerdict{}, getFailure(ctx, ref.String(), err)
+	}
+	v, err := verify.VerifyPromotion(ctx, ref, a, remote.Reuse(sess.puller))
+	r.settle(ref.Context(), sess, err)
+	if err != nil {
+		return v, getFailure(ctx, ref.String(), err)
+	}
+	return v, nil
+}
+
+// PublishPromotion signs and attaches repository@digest's promotion
+// attestation (P2) with the credential kc gives the repository, which
+// needs push rights there (and only there). It returns the digest of the
+// attestation's manifest.
+func (r *Resolver) PublishPromotion(ctx context.Context, repository, digest string, p *verify.Promoter, pred verify.PromotionPredicate, kc authn.Keychain) (string, error) {
+	ref, route, err := r.digestRef(repository, digest)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	auth := authn.Anonymous
+	if kc != nil {
+		if auth, err = authn.Resolve(ctx, kc, ref.Context()); err != nil {
+			return "", credentialError(ref.Context(), err)
+		}
+	}
+	h, err := p.Publish(ctx, ref, pred, r.remoteOptions(route, auth)...)
+	if err != nil {
+		return "", getFailure(ctx, ref.String(), err)
+	}
+	return h.String(), nil
+}

@@ -72,6 +72,7 @@ const (
 	rolledBack
 	tagFlapping
 	soak
+	published
 	suspendedSince
 	suspendedBy
 	generation
@@ -105,6 +106,7 @@ var table = [...]Key{
 	rolledBack:       {Name: "rolled-back-<image>", Scope: ScopeImage, Rearm: true},
 	tagFlapping:      {Name: "tag-flapping-<image>", Scope: ScopeImage, Rearm: true},
 	soak:             {Name: "soak-<image>", Scope: ScopeImage},
+	published:        {Name: "published-<image>", Scope: ScopeImage},
 	suspendedSince:   {Name: "suspended-since", Scope: ScopeGroup},
 	suspendedBy:      {Name: "suspended-by", Scope: ScopeGroup},
 	generation:       {Name: "state-generation", Scope: ScopeGroup},
@@ -224,6 +226,11 @@ func (k Keys) TagFlapping(image string) string { return k.image(tagFlapping, ima
 // and healthy, on a group other groups follow (P1), with the pods'
 // restart count then: "<digest> <RFC 3339 time> <restarts>".
 func (k Keys) Soak(image string) string { return k.image(soak, image) }
+
+// Published records the digest of image whose promotion attestation this
+// installation published (P2), and when: "<digest> <RFC 3339 time>". It
+// is published once; a restart reads it here.
+func (k Keys) Published(image string) string { return k.image(published, image) }
 
 // Suspend suspends the group of the anchor it is on (O1): "true" until it
 // is removed (`image-refresh resume`), or an RFC 3339 time it ends at.
@@ -424,6 +431,19 @@ func ParseFirstSeen(value string) (FirstSeenValue, error) {
 		return FirstSeenValue{}, fmt.Errorf("invalid first-seen value %q: %q is not an RFC 3339 time", value, at)
 	}
 	return FirstSeenValue{Digest: d, At: t}, nil
+}
+
+// ParsePublished reads a Published value: "<digest> <RFC 3339 time>".
+func ParsePublished(value string) (digest string, at time.Time, err error) {
+	f := strings.Fields(value)
+	if len(f) != 2 || f[0] == "" {
+		return "", time.Time{}, fmt.Errorf("invalid published value %q (want \"<digest> <RFC 3339 time>\")", value)
+	}
+	t, err := parseTime(f[1])
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("invalid published value %q: %q is not an RFC 3339 time", value, f[1])
+	}
+	return f[0], t, nil
 }
 
 // SoakValue is a parsed Soak value (P1).

@@ -163,7 +163,7 @@ func TestTable_TheListsAreDerivedFromIt(t *testing.T) {
 	}{
 		{"per image (config validation)", ImageKeyNames("api"), []string{
 			"last-refreshed-api-digest", "stale-pin-api", "ever-pinned-api", "live-read-failure-streak-api",
-			"resolve-failure-streak-api", "pin-check-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api", "verified-api", "rolled-back-api", "tag-flapping-api", "soak-api"}},
+			"resolve-failure-streak-api", "pin-check-failure-streak-api", "digest-changes-api", "first-seen-api", "locked-on-api", "verified-api", "rolled-back-api", "tag-flapping-api", "soak-api", "published-api"}},
 		{"per group, the holder too (R10, C3)", GroupKeyNames(), []string{
 			"refresh-attempt", "refresh-attempt-holder", "refresh-flap-detected", "refresh-skip-streak", "suspended-since", "suspended-by", "state-generation"}},
 		{"rearm (R18, R21, R23)", k.Rearmed([]string{"api", "mon"}), []string{
@@ -192,6 +192,22 @@ func TestParseSoak_P1_RoundTripsAndRejectsWhatItCannotRead(t *testing.T) {
 	for _, bad := range []string{"", d, d + " 2026-12-07T12:00:00Z", d + " noon 0", d + " 2026-12-07T12:00:00Z -1", d + " 2026-12-07T12:00:00Z x"} {
 		if _, err := ParseSoak(bad); err == nil || !strings.Contains(err.Error(), "invalid soak value") {
 			t.Errorf("ParseSoak(%q) = %v, want an error naming the value", bad, err)
+		}
+	}
+}
+
+// P2: the published record round-trips and a value that does not parse
+// is an error naming it.
+func TestParsePublished_P2_ReadsWhatItWritesAndRejectsTheRest(t *testing.T) {
+	d := "sha256:" + strings.Repeat("cd", 32)
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	got, when, err := ParsePublished(d + " " + at.Format(time.RFC3339))
+	if err != nil || got != d || !when.Equal(at) {
+		t.Errorf("ParsePublished = %q, %v, %v", got, when, err)
+	}
+	for _, bad := range []string{"", d, d + " noon", d + " 2026-12-07T12:00:00Z x"} {
+		if _, _, err := ParsePublished(bad); err == nil || !strings.Contains(err.Error(), "invalid published value") {
+			t.Errorf("ParsePublished(%q) = %v, want an error naming the value", bad, err)
 		}
 	}
 }

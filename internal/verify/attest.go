@@ -265,6 +265,7 @@ func (l *lookup) checkAttestationBundle(data []byte, r requirement) (string, *re
 	if rej != nil {
 		return "", rej
 	}
+	l.predicate = predicate
 	return signer, r.evaluate(predicate)
 }
 
@@ -360,6 +361,7 @@ func (l *lookup) checkLegacyAttestation(data []byte, r requirement) (string, *re
 	for _, k := range l.keys {
 		v := sigdsse.WrapVerifier(k.legacy, sigdsse.WithExpectedPayloadType(InTotoPayloadType))
 		if v.VerifySignature(bytes.NewReader(data), nil) == nil {
+			l.predicate = predicate
 			return k.file, r.evaluate(predicate)
 		}
 	}

@@ -18,6 +18,9 @@ const (
 	// BundleMediaTypePrefix starts the artifactType of a bundle referrer
 	// and the media type of its layer ("….v0.3+json").
 	BundleMediaTypePrefix = "application/vnd.dev.sigstore.bundle"
+	// BundleMediaType is the bundle version cosign v3 and sigstore-go
+	// write, the one P2 publishes.
+	BundleMediaType = "application/vnd.dev.sigstore.bundle.v0.3+json"
 	// BundlePredicateAnnotation, on a bundle referrer, names the predicate
 	// type of the statement inside.
 	BundlePredicateAnnotation = "dev.sigstore.bundle.predicateType"

@@ -48,6 +48,7 @@ func CheckTrust(c *config.Config, report func(named, plain, msg string)) {
 			}
 		}
 	}
+	CheckPromotion(c, report)
 }
 
 // keyIndex is the index in publicKeys of the file a key was read from.

@@ -281,6 +281,9 @@ type lookup struct {
 	// for every required attestation.
 	att     v1.Image
 	attRead bool
+	// predicate is the predicate of the last attestation that satisfied
+	// its requirement (VerifyPromotion reads it, P2).
+	predicate any
 }
 
 // keyNames lists the policy's keys with their hints, for a wrong-key

@@ -239,6 +239,11 @@ RefreshError and exits before the Job controller kills the pod.
       - {key: tls.crt, path: tls.crt}
       - {key: tls.key, path: tls.key}
 {{- end }}
+{{- with .Values.promotionSigning.secret }}
+- name: promotion-signing
+  secret:
+    secretName: {{ . }}
+{{- end }}
 {{- range .Values.verificationKeys }}
 - name: verification-{{ .name }}
   {{- if .secret }}
@@ -261,6 +266,9 @@ RefreshError and exits before the Job controller kills the pod.
 {{- end }}
 {{- if and .Values.webhook.enabled (eq .Values.mode "controller") .Values.webhook.certSecret }}
 - {name: webhook-certs, mountPath: /var/run/image-refresh/webhook, readOnly: true}
+{{- end }}
+{{- if .Values.promotionSigning.secret }}
+- {name: promotion-signing, mountPath: /var/run/image-refresh/promotion, readOnly: true}
 {{- end }}
 {{- range .Values.verificationKeys }}
 - {name: verification-{{ .name }}, mountPath: /var/run/image-refresh/verification/{{ .name }}, readOnly: true}

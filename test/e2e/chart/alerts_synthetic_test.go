@@ -124,6 +124,18 @@ func TestAlerts_Synthetic(t *testing.T) {
 			wantAt: map[string][]map[string]string{"1m": {g("web")}},
 		},
 		{
+			// P2: a failed push is tried again every minute; one that
+			// lands within for: 10m never pages.
+			alert: "ImageRefreshPromotionPublishFailed",
+			input: []inputSeries{
+				series(`image_refresh_group_needs_attention{group="web",reason="PromotionPublishFailed"}`, "1x30"),
+				series(`image_refresh_group_needs_attention{group="blip",reason="PromotionPublishFailed"}`, "1 1 1 0x27"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="PromotionPublishFailed"}`, "0x30"),
+				series(`image_refresh_group_needs_attention{group="calm",reason="PinMissing"}`, "1x30"),
+			},
+			wantAt: map[string][]map[string]string{"5m": nil, "15m": {g("web")}},
+		},
+		{
 			alert: "ImageRefreshSuspendedWithoutEnd",
 			input: []inputSeries{
 				series(`image_refresh_group_needs_attention{group="web",reason="SuspendedWithoutEnd"}`, "1x30"),

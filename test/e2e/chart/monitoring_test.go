@@ -80,19 +80,20 @@ type rule struct {
 // alertStates is every alert the chart ships, with the docs/states page its
 // runbook_url names: one per state that needs a human.
 var alertStates = map[string]string{
-	"ImageRefreshLockedOut":           "locked-out",
-	"ImageRefreshFrozen":              "not-settled",
-	"ImageRefreshStalePin":            "stale-pin",
-	"ImageRefreshTagFlapping":         "tag-flapping",
-	"ImageRefreshDigestQuarantined":   "quarantined",
-	"ImageRefreshDigestUnverified":    "unverified",
-	"ImageRefreshRolledBack":          "rolled-back",
-	"ImageRefreshPlatformMissing":     "platform-missing",
-	"ImageRefreshPinMissing":          "pin-missing",
-	"ImageRefreshSuspendedWithoutEnd": "suspended",
-	"ImageRefreshRewriteFight":        "error",
-	"ImageRefreshRunningStale":        "running-stale",
-	"ImageRefreshError":               "error",
+	"ImageRefreshLockedOut":              "locked-out",
+	"ImageRefreshFrozen":                 "not-settled",
+	"ImageRefreshStalePin":               "stale-pin",
+	"ImageRefreshTagFlapping":            "tag-flapping",
+	"ImageRefreshDigestQuarantined":      "quarantined",
+	"ImageRefreshDigestUnverified":       "unverified",
+	"ImageRefreshRolledBack":             "rolled-back",
+	"ImageRefreshPlatformMissing":        "platform-missing",
+	"ImageRefreshPinMissing":             "pin-missing",
+	"ImageRefreshPromotionPublishFailed": "promotion-publish-failed",
+	"ImageRefreshSuspendedWithoutEnd":    "suspended",
+	"ImageRefreshRewriteFight":           "error",
+	"ImageRefreshRunningStale":           "running-stale",
+	"ImageRefreshError":                  "error",
 }
 
 // renderRules renders the chart with ci/monitoring-values.yaml plus files

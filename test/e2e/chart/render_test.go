@@ -899,3 +899,75 @@ func TestChart_V1_VerificationKeysAreMountedWhereThePolicyNamesThem(t *testing.T
 		t.Errorf("a verificationKeys entry with neither secret nor configMap was accepted")
 	}
 }
+
+// TestChart_P2_ThePromotionSigningKeyIsMountedReadOnly: promotionSigning.secret
+// mounts its Secret read-only at /var/run/image-refresh/promotion, where
+// config.promotionSigning.keyFile names the key, in both modes; without
+// it nothing is mounted.
+func TestChart_P2_ThePromotionSigningKeyIsMountedReadOnly(t *testing.T) {
+	h := newHelm(t)
+	signing := valuesFile(t, map[string]any{
+		"promotionSigning": map[string]any{"secret": "staging-promotion-key"},
+		"config": map[string]any{
+			"installation":     "staging",
+			"promotionSigning": map[string]any{"keyFile": "/var/run/image-refresh/promotion/cosign.key", "passwordFile": "/var/run/image-refresh/promotion/cosign.password"},
+		},
+	})
+	podOf := func(mode string, files ...string) corev1.PodSpec {
+		m := h.template(append([]string{ciValues(t, mode)}, files...)...)
+		if mode == "cronjob" {
+			return one[*batchv1.CronJob](t, m).Spec.JobTemplate.Spec.Template.Spec
+		}
+		return one[*appsv1.Deployment](t, m).Spec.Template.Spec
+	}
+	mounted := func(pod corev1.PodSpec) bool {
+		for _, vm := range pod.Containers[0].VolumeMounts {
+			for _, v := range pod.Volumes {
+				if vm.Name == v.Name && vm.MountPath == "/var/run/image-refresh/promotion" && vm.ReadOnly &&
+					v.Secret != nil && v.Secret.SecretName == "staging-promotion-key" {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, mode := range []string{"cronjob", "controller"} {
+		if !mounted(podOf(mode, signing)) {
+			t.Errorf("%s: promotionSigning.secret is not mounted read-only at /var/run/image-refresh/promotion", mode)
+		}
+		for _, v := range podOf(mode).Volumes {
+			if v.Name == "promotion-signing" {
+				t.Errorf("%s: a promotion-signing volume without promotionSigning.secret", mode)
+			}
+		}
+	}
+	// The schema refuses a config the binary would refuse, and accepts
+	// the same config without the fault.
+	group := func(promotion map[string]any) map[string]any {
+		return map[string]any{"groups": []any{map[string]any{
+			"name": "prod", "promotion": promotion,
+			"anchor": map[string]any{"kind": "Deployment", "namespace": "prod", "name": "api"},
+			"images": []any{map[string]any{"name": "api", "repository": "registry.example.com/acme/api", "tag": "prod",
+				"targets": []any{map[string]any{"kind": "Deployment", "namespace": "prod", "name": "api", "container": "api"}}}},
+		}}}
+	}
+	attested := map[string]any{"name": "staging", "cosign": map[string]any{"publicKeys": []any{"/k.pub"}}}
+	for _, tc := range []struct {
+		name      string
+		good, bad map[string]any
+	}{
+		{"an installation that is no label", map[string]any{"installation": "staging-eu"}, map[string]any{"installation": "Staging_EU"}},
+		{"a signing key without a file",
+			map[string]any{"installation": "staging", "promotionSigning": map[string]any{"keyFile": "/k", "passwordFile": "/p"}},
+			map[string]any{"installation": "staging", "promotionSigning": map[string]any{"passwordFile": "/p"}}},
+		{"after and attestedBy together", group(map[string]any{"attestedBy": attested, "soak": "10m"}),
+			group(map[string]any{"after": "staging", "attestedBy": attested})},
+	} {
+		if _, err := h.render(ciValues(t, "cronjob"), valuesFile(t, map[string]any{"config": tc.good})); err != nil {
+			t.Errorf("%s: the fixed config was refused too: %v", tc.name, err)
+		}
+		if _, err := h.render(ciValues(t, "cronjob"), valuesFile(t, map[string]any{"config": tc.bad})); err == nil {
+			t.Errorf("%s: the chart's schema accepted it", tc.name)
+		}
+	}
+}
