@@ -147,7 +147,8 @@ type PodSetDriver struct {
 	stalled   string
 	observed  atomic.Int64 // the generation the last status write observed
 	done      chan struct{}
-	lastError atomic.Value
+	// lastError is the driver's last failure (errors of several types).
+	lastError atomic.Pointer[error]
 }
 
 // DrivePodSet starts the driver of one PodSet; it stops when the test ends.
@@ -189,7 +190,7 @@ func (d *PodSetDriver) WaitObserved(t testing.TB, gen int64) {
 		return d.observed.Load() >= gen, nil
 	})
 	if err != nil {
-		t.Fatalf("PodSet %s/%s: the driver did not observe generation %d (observed %d; last error %v)", d.ns, d.name, gen, d.observed.Load(), d.lastError.Load())
+		t.Fatalf("PodSet %s/%s: the driver did not observe generation %d (observed %d; last error %v)", d.ns, d.name, gen, d.observed.Load(), d.lastErr())
 	}
 }
 
@@ -199,12 +200,20 @@ func (d *PodSetDriver) kick() {
 	_ = d.sync(context.Background())
 }
 
+// lastErr is the driver's last failure, or nil.
+func (d *PodSetDriver) lastErr() error {
+	if p := d.lastError.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 func (d *PodSetDriver) run(ctx context.Context) {
 	defer close(d.done)
 	for ctx.Err() == nil {
 		w, err := d.dyn.Resource(PodSetResource).Namespace(d.ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + d.name})
 		if err != nil {
-			d.lastError.Store(err)
+			d.lastError.Store(&err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -227,7 +236,7 @@ func (d *PodSetDriver) consume(ctx context.Context, w watch.Interface) {
 			}
 			if ev.Type == watch.Added || ev.Type == watch.Modified {
 				if err := d.sync(ctx); err != nil {
-					d.lastError.Store(err)
+					d.lastError.Store(&err)
 				}
 			}
 		}
