@@ -179,9 +179,9 @@ func pollEvery(total int) time.Duration {
 type group struct {
 	name, ns, image string // image: the repository name under acme/
 	targets         []string
-	// follows, if set, is the group this one follows with soak (P1).
-	follows string
-	soak    time.Duration
+	// promotion, if set, is the group's promotion: a YAML flow mapping
+	// (P1, P2).
+	promotion string
 }
 
 // configYAML renders an image-refresh config for the groups; extra is
@@ -192,8 +192,8 @@ func (w *world) configYAML(groups []group, extra string) []byte {
 	fmt.Fprintf(&b, "registries:\n  - host: %s\n    insecure: true\ngroups:\n", w.reg.Host())
 	for _, g := range groups {
 		fmt.Fprintf(&b, "  - name: %s\n    anchor: {kind: Deployment, namespace: %s, name: %s}\n", g.name, g.ns, g.targets[0])
-		if g.follows != "" {
-			fmt.Fprintf(&b, "    promotion: {after: %s, soak: %s}\n", g.follows, g.soak)
+		if g.promotion != "" {
+			fmt.Fprintf(&b, "    promotion: %s\n", g.promotion)
 		}
 		fmt.Fprintf(&b, "    images:\n      - name: %s\n        repository: %s\n        tag: prod\n        targets:\n", g.image, w.repo(g.image))
 		for _, t := range g.targets {

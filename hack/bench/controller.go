@@ -6,9 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +22,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/operator"
 	"github.com/image-refresh/image-refresh/internal/pass"
+	"github.com/image-refresh/image-refresh/internal/verify"
 )
 
 // apiCounter counts the API requests of one controller, by kind of verb.
@@ -281,9 +285,18 @@ type bench struct {
 	synced time.Duration
 }
 
+// configs numbers the config files the bench writes.
+var configs atomic.Int64
+
 // newController builds (does not start) a controller for the groups.
 func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
-	cfg, err := config.Parse(w.configYAML(groups, o.config), "bench.yaml")
+	// The config is loaded from a file, as `run` loads it: trust and
+	// signing keys are read beside it.
+	path := filepath.Join(w.runDir, fmt.Sprintf("bench-%d.yaml", configs.Add(1)))
+	if err := os.WriteFile(path, w.configYAML(groups, o.config), 0o600); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(path, verify.CheckTrust)
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +314,7 @@ func (w *world) newController(groups []group, o ctlOptions) (*bench, error) {
 	// The runner and the manager, built by the constructors `run` uses.
 	m := metrics.New()
 	r, err := pass.NewRunner(rc, cfg, pass.RunnerOptions{
-		ConfigPath: "bench.yaml", UserAgent: "image-refresh/bench",
+		ConfigPath: path, UserAgent: "image-refresh/bench",
 		Metrics: m, Log: slog.New(slog.NewTextHandler(w.log, nil)),
 	})
 	if err != nil {

@@ -10,7 +10,9 @@
 //  3. propagate: a new digest → all 20 and all 100 targets of one
 //     repo:tag changed, from the poll that saw it and from the push;
 //     promote: the end of a leader group's soak → every target of its
-//     follower changed (P1: run's timer, not a poll);
+//     follower changed (P1: run's timer, not a poll); promote-across: a
+//     promotion attestation published by one installation → every target
+//     of another installation's follower changed (P2);
 //  4. registry: registry HEADs per poll interval for 1, 20 and 200
 //     targets of one repo:tag;
 //     pollcost: the same sizes, by request kind (HEAD, ping, token) and new
@@ -33,7 +35,7 @@
 // wrapped to count API requests by verb and the poller's OnChange wrapped
 // to timestamp the polls that saw a change.
 //
-//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,promote,registry,pollcost,steady,scale]
+//	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,promote,promote-across,registry,pollcost,steady,scale]
 //	go run ./hack/bench -phases soak -soak-for 20m -workloads 500 -seed 1
 package main
 
@@ -78,7 +80,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.binDir, "bin-dir", "", "directory of the cluster binaries (default: the output of hack/build-cluster.sh)")
-	flag.StringVar(&o.phases, "phases", "latency,stuck,propagate,promote,registry,pollcost,steady,scale", "measurements to run, comma-separated")
+	flag.StringVar(&o.phases, "phases", "latency,stuck,propagate,promote,promote-across,registry,pollcost,steady,scale", "measurements to run, comma-separated")
 	flag.DurationVar(&o.costInterval, "pollcost-interval", time.Second, "poll interval of the pollcost measurement (it counts -registry-intervals intervals)")
 	flag.IntVar(&o.reverts, "reverts", 100, "reverts timed for the revert → re-pin latency")
 	flag.DurationVar(&o.pollInterval, "registry-interval", 2*time.Second, "poll interval of the registry measurement")
@@ -161,12 +163,14 @@ func run(ctx context.Context, o options) int {
 			got, err = measurePropagate(ctx, w, o.pushes)
 		case "promote":
 			got, err = measurePromote(ctx, w, o.pushes)
+		case "promote-across":
+			got, err = measurePromoteAcross(ctx, w, o.pushes)
 		case "pollcost":
 			got, err = measurePollCost(ctx, o.costInterval, o.intervals)
 		case "soak":
 			got, err = measureSoak(ctx, w, soakOptions{duration: o.soakFor, workloads: o.workloads, seed: o.seed})
 		default:
-			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, promote, registry, pollcost, steady, scale, soak)", phase)
+			err = fmt.Errorf("unknown phase %q (want latency, stuck, propagate, promote, promote-across, registry, pollcost, steady, scale, soak)", phase)
 		}
 		rows = append(rows, got...) // a failed phase may still have figures (the soak's checks)
 		if ctx.Err() != nil {
