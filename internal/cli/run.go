@@ -17,6 +17,7 @@ import (
 	"github.com/image-refresh/image-refresh/internal/config"
 	"github.com/image-refresh/image-refresh/internal/metrics"
 	"github.com/image-refresh/image-refresh/internal/operator"
+	"github.com/image-refresh/image-refresh/internal/pass"
 	"github.com/image-refresh/image-refresh/internal/pinwebhook"
 )
 
@@ -33,8 +34,10 @@ type runOptions struct {
 	fightMaxRounds int
 	fightWindow    time.Duration
 	workers        int
-	webhook        webhookFlags
-	notify         notifyFlags
+	// promotionRecheck: --promotion-recheck (P2).
+	promotionRecheck time.Duration
+	webhook          webhookFlags
+	notify           notifyFlags
 }
 
 // webhookFlags are the flags of the admission webhook (B1, docs/webhook.md).
@@ -83,6 +86,7 @@ flag value), see docs/notifications.md. SIGTERM stops it cleanly.`,
 	f.IntVar(&o.fightMaxRounds, "fight-max-repins", operator.DefaultFightMaxRounds, "re-pins of one target, each soon after the last, before image-refresh stops fighting another writer (docs/run.md#no-fights-c5)")
 	f.DurationVar(&o.fightWindow, "fight-window", operator.DefaultFightWindow, "re-pins closer together than this count as one fight; a fought target is left alone for this long")
 	f.IntVar(&o.workers, "workers", operator.DefaultWorkers, "groups reconciled in parallel")
+	f.DurationVar(&o.promotionRecheck, "promotion-recheck", pass.DefaultPromotionRecheck, "how often a group that follows another installation's promotion attestations (promotion.attestedBy) looks again for one on a digest that had none; see docs/promotion.md")
 	w := &o.webhook
 	f.IntVar(&w.port, "webhook-port", 0, "serve the mutating admission webhook (docs/webhook.md) on this port, path "+pinwebhook.Path+"; 0 disables it")
 	f.StringVar(&w.host, "webhook-host", "", "address the webhook listens on; default: every interface")
@@ -107,6 +111,8 @@ func (o *runOptions) validate() error {
 		return invalid("--fight-window must be positive, got %s", o.fightWindow)
 	case o.workers < 1:
 		return invalid("--workers must be at least 1, got %d", o.workers)
+	case o.promotionRecheck <= 0:
+		return invalid("--promotion-recheck must be positive, got %s", o.promotionRecheck)
 	case o.leaseDuration < 2*time.Second:
 		return invalid("--leader-election-lease-duration must be at least 2s, got %s", o.leaseDuration)
 	}
@@ -178,6 +184,7 @@ func (o *runOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	r.PromotionRecheck = o.promotionRecheck
 	rc, err := o.restConfig()
 	if err != nil {
 		return err

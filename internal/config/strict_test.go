@@ -65,7 +65,7 @@ func TestParse_R19_UnknownKeysAndBadValuesAreRefusedNamingPathAndLine(t *testing
 		{"# kind", "", "kinds[0]", `unknown key "plural"`, "group, kind, podTemplate, resource, selector, version"},
 		{"# dev anchor", "", "groups[0].anchor", `unknown key "container"`, "kind, name, namespace"},
 		{"# group", "\n    discovered: true", "groups[1]", `unknown key "discovered"`, "anchor, images, name, onFailedRollout, promotion"},
-		{"# promotion", "", "groups[1].promotion", `unknown key "images"`, "after, soak"},
+		{"# promotion", "", "groups[1].promotion", `unknown key "images"`, "after, attestedBy, publish, soak"},
 		{"# image", "\n        digest: sha256:00", "groups[1].images[0]", `unknown key "digest"`, "name, pinnedDigest, repository, tag, targets"},
 		{"# target", "", "groups[1].images[0].targets[0]", `unknown key "contaner"`, "container, kind, name, namespace, volume"},
 	}

@@ -53,6 +53,11 @@ type Runner struct {
 	// of its pods' ServiceAccounts too, as the kubelet pulls (`run` with
 	// discovery sets it; a discovered group's images always do, D1).
 	ServiceAccounts bool
+	// PromotionRecheck is how long a digest without a promotion
+	// attestation from the signer a group follows (P2) is taken as such
+	// before it is looked up again; 0 is DefaultPromotionRecheck. `run`
+	// sets it from --promotion-recheck (a tick looks up on every run).
+	PromotionRecheck time.Duration
 	// ServiceAccountSource is where the ServiceAccounts' imagePullSecrets
 	// are read: the API for tick and status (NewRunner), the informer
 	// cache for `run` (operator.NewManager), so that its steady state

@@ -14,14 +14,21 @@ import (
 )
 
 // P2: a digest without a promotion attestation from the signer a group
-// follows is looked up again after promotionRecheck (the signer attests
-// it once its soak ends there, at a time no one here knows); a digest
-// with one is never looked up again. A publication that failed is tried
-// again after publishRetry.
+// follows is looked up again after Runner.PromotionRecheck (the signer
+// attests it once its soak ends there, at a time no one here knows); a
+// digest with one is never looked up again. A publication that failed is
+// tried again after publishRetry.
 const (
-	promotionRecheck = 30 * time.Second
-	publishRetry     = time.Minute
+	DefaultPromotionRecheck = 30 * time.Second
+	publishRetry            = time.Minute
 )
+
+func (r *Runner) promotionRecheck() time.Duration {
+	if r.PromotionRecheck > 0 {
+		return r.PromotionRecheck
+	}
+	return DefaultPromotionRecheck
+}
 
 // promotionEntry is one remembered lookup of a digest's promotion
 // attestation.
@@ -50,7 +57,7 @@ func (r *Runner) promotion(ctx context.Context, a *config.AttestedBy, img config
 		ev.At = v.Predicate.Time
 		r.Log.Info("promotion attestation verified", "image", img.Name, "digest", img.Repository+"@"+digest, "signer", a.Name, "by", v.Attestation.By.Key)
 	} else {
-		ev.Recheck = now.Add(promotionRecheck)
+		ev.Recheck = now.Add(r.promotionRecheck())
 	}
 	r.memo().promoted.add(key, promotionEntry{ev: ev})
 	return ev

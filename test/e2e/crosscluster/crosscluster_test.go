@@ -410,3 +410,42 @@ func TestRun_P2_TheLeaderPublishesWhenItsSoakEndsAndTheFollowerMovesOnIt(t *test
 		t.Fatalf("the follower's tick: exit %d, prod on %s, want %s:\n%s", code, a.Image("prod", "web"), good, logs)
 	}
 }
+
+// P2 in `run`: a follower whose new digest carries no attestation yet
+// waits, looks again every --promotion-recheck, and moves on the pass
+// after the signer published one; no watch event or poll answer changes
+// in between (the tag stays on the same digest), so only the recheck can
+// move it.
+func TestRun_P2_AFollowerLooksAgainForTheAttestationAndMovesOnceItIsPublished(t *testing.T) {
+	e := e2e.New(t)
+	key, pub := keyPair(t, t.TempDir(), "staging")
+	first := e.Push("web", "prod")
+	tag := e.Repo("web") + ":prod"
+	testenv.Deployment(t, e.C.Client, e.NS, "prod", testenv.WithContainer("web", tag+"@"+first), testenv.WithReplicas(1))
+	e.Settle("Deployment", "prod")
+	e.Annotate("prod", map[string]*string{e.Key("last-refreshed-web-digest"): e2e.Ptr(first)})
+	good := e.Push("web", "prod")
+	cfg := e.Config("groups:\n" + e2e.OneGroup("prod", "web", "prod", "web") +
+		"    promotion: {attestedBy: {name: staging, cosign: {publicKeys: [" + pub + "]}}}\n")
+
+	ctl := e.StartRun(cfg, "--poll-interval", "1h", "--promotion-recheck", "1s")
+	ctl.WaitReady(t)
+	waiting := "carries no promotion attestation from staging yet"
+	ctl.UntilLogged(t, "the follower waits for staging's attestation", func(logs string) bool { return strings.Contains(logs, waiting) })
+	if got := e.Image("prod", "web"); got != tag+"@"+first {
+		t.Fatalf("before any attestation prod runs %s, want %s", got, tag+"@"+first)
+	}
+	// It looks again: a second lookup (a second waiting line) proves the
+	// recheck runs without any event.
+	ctl.UntilLogged(t, "the follower looks again", func(logs string) bool { return strings.Count(logs, waiting) >= 2 })
+
+	d, err := name.NewDigest(tag+"@"+good, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishAs(t, key, d, "staging")
+	ctl.Eventually(t, 60*time.Second, "prod moves to the attested build", func() bool { return e.Image("prod", "web") == tag+"@"+good })
+	if !strings.Contains(ctl.Logs(), "promotion attestation verified") {
+		t.Fatalf("prod moved, but no log line says the attestation verified:\n%s", ctl.Logs())
+	}
+}
