@@ -24,9 +24,11 @@ import (
 //     places (K1), imagePullSecrets and serviceAccountName (R20), the
 //     selector (N1), and the settledness (R4);
 //   - the settled guard (R4): generation, replicas, the StatefulSet's
-//     updateStrategy and the whole status; the other rollout parameters
-//     (strategy, paused, minReadySeconds, progressDeadlineSeconds) are
-//     scalars kept for it too;
+//     updateStrategy, the status's counts and revisions, and of its
+//     conditions only the one it reads, a Deployment's failed rollout
+//     (ProgressDeadlineExceeded); a CronJob's status is not read at all.
+//     The other rollout parameters (strategy, paused, minReadySeconds,
+//     progressDeadlineSeconds) are scalars kept for it too;
 //   - the managedFields entries, and within them only the fields, that
 //     name a writer: of an image of the pod template (imageManagers: N1,
 //     O2, C5, R7, R17), of an annotation (AnnotationManager: O1);
@@ -39,6 +41,7 @@ func StripWorkload(in any) (any, error) {
 	case *appsv1.Deployment:
 		k, _ := KindOf(o)
 		out := &appsv1.Deployment{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out.Status.Conditions = failedRollout(o.Status.Conditions)
 		s := &o.Spec
 		out.Spec = appsv1.DeploymentSpec{
 			Replicas: s.Replicas, Selector: s.Selector, Template: stripTemplate(&s.Template), Strategy: s.Strategy,
@@ -48,6 +51,7 @@ func StripWorkload(in any) (any, error) {
 	case *appsv1.DaemonSet:
 		k, _ := KindOf(o)
 		out := &appsv1.DaemonSet{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out.Status.Conditions = nil
 		s := &o.Spec
 		out.Spec = appsv1.DaemonSetSpec{
 			Selector: s.Selector, Template: stripTemplate(&s.Template), UpdateStrategy: s.UpdateStrategy, MinReadySeconds: s.MinReadySeconds,
@@ -56,6 +60,7 @@ func StripWorkload(in any) (any, error) {
 	case *appsv1.StatefulSet:
 		k, _ := KindOf(o)
 		out := &appsv1.StatefulSet{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out.Status.Conditions = nil
 		s := &o.Spec
 		out.Spec = appsv1.StatefulSetSpec{
 			Replicas: s.Replicas, Selector: s.Selector, Template: stripTemplate(&s.Template), UpdateStrategy: s.UpdateStrategy,
@@ -64,11 +69,24 @@ func StripWorkload(in any) (any, error) {
 		return out, nil
 	case *batchv1.CronJob:
 		k, _ := KindOf(o)
-		out := &batchv1.CronJob{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out := &batchv1.CronJob{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta)}
 		out.Spec.JobTemplate.Spec.Template = stripTemplate(&o.Spec.JobTemplate.Spec.Template)
 		return out, nil
 	}
 	return in, nil
+}
+
+// failedRollout keeps of a Deployment's conditions the one the settled
+// guard reads: Progressing False for ProgressDeadlineExceeded (R4, V2).
+// The others (Available, a Progressing True) are most of a status's bytes.
+func failedRollout(cs []appsv1.DeploymentCondition) []appsv1.DeploymentCondition {
+	var out []appsv1.DeploymentCondition
+	for _, c := range cs {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // stripMeta keeps the workload's own metadata but for the managed fields
