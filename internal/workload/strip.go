@@ -20,7 +20,7 @@ import (
 // reads below take:
 //   - FromObject (every pass, the webhook's anchor state): the metadata
 //     (name, namespace, uid, resourceVersion, generation, labels,
-//     annotations), the pod template's images with their names and
+//     annotations but kubectl's last-applied-configuration), the pod template's images with their names and
 //     places (K1), imagePullSecrets and serviceAccountName (R20), the
 //     selector (N1), and the settledness (R4);
 //   - the settled guard (R4): generation, replicas, the StatefulSet's
@@ -95,9 +95,28 @@ func stripMeta(k *Kind, m *metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation,
 		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
-		Labels: m.Labels, Annotations: m.Annotations, OwnerReferences: m.OwnerReferences,
+		Labels: m.Labels, Annotations: withoutLastApplied(m.Annotations), OwnerReferences: m.OwnerReferences,
 		ManagedFields: stripManagedFields(k, m.ManagedFields),
 	}
+}
+
+// withoutLastApplied is a's annotations without kubectl's copy of the
+// whole manifest (kubectl.kubernetes.io/last-applied-configuration, which
+// `kubectl apply` and Argo CD's client-side apply write): often the
+// largest part of a workload's metadata, and no rule reads it. Every
+// annotation write is a merge patch of the keys it sets, so the key is
+// never written back or lost.
+func withoutLastApplied(a map[string]string) map[string]string {
+	if _, ok := a[corev1.LastAppliedConfigAnnotation]; !ok {
+		return a
+	}
+	out := make(map[string]string, len(a)-1)
+	for k, v := range a {
+		if k != corev1.LastAppliedConfigAnnotation {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // stripTemplate keeps of a pod template what the reads take: the images
