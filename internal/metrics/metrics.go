@@ -6,7 +6,6 @@ package metrics
 import (
 	"errors"
 	"strconv"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,8 +13,8 @@ import (
 // Metrics is one registry with every image-refresh metric.
 type Metrics struct {
 	gatherer         prometheus.Gatherer
-	TargetOnDigest   *prometheus.GaugeVec
-	PodsOffDigest    *prometheus.GaugeVec
+	TargetOnDigest   *TargetGauge
+	PodsOffDigest    *TargetGauge
 	GroupLockedOut   *prometheus.GaugeVec
 	NeedsAttention   *prometheus.GaugeVec
 	Repins           *prometheus.CounterVec
@@ -38,9 +37,6 @@ type Metrics struct {
 	// published, failed (each failed try; it is tried again).
 	PromotionPublishes *prometheus.CounterVec
 	RateLimit          RateLimit
-
-	mu      sync.Mutex
-	targets map[string]map[Target]bool // group → its targets (SetTargets)
 }
 
 // Target names one target in the labels of the target series.
@@ -53,12 +49,12 @@ type Target struct{ Image, Namespace, Workload, Container string }
 // image-refresh to manage. Counters stay: rate() over them is unaffected.
 func (m *Metrics) ForgetGroup(group string) {
 	l := prometheus.Labels{"group": group}
-	for _, v := range []*prometheus.GaugeVec{m.TargetOnDigest, m.PodsOffDigest, m.GroupLockedOut, m.NeedsAttention, m.LastTick} {
+	for _, v := range []*prometheus.GaugeVec{m.GroupLockedOut, m.NeedsAttention, m.LastTick} {
 		v.DeletePartialMatch(l)
 	}
-	m.mu.Lock()
-	delete(m.targets, group)
-	m.mu.Unlock()
+	for _, v := range []*TargetGauge{m.TargetOnDigest, m.PodsOffDigest} {
+		v.DeleteGroup(group)
+	}
 }
 
 // SetTargets tells the group's targets now (its config, or what discovery
@@ -70,19 +66,9 @@ func (m *Metrics) SetTargets(group string, targets []Target) {
 	for _, t := range targets {
 		now[t] = true
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for t := range m.targets[group] {
-		if !now[t] {
-			for _, v := range []*prometheus.GaugeVec{m.TargetOnDigest, m.PodsOffDigest} {
-				v.DeleteLabelValues(group, t.Image, t.Namespace, t.Workload, t.Container)
-			}
-		}
+	for _, v := range []*TargetGauge{m.TargetOnDigest, m.PodsOffDigest} {
+		v.Retain(group, now)
 	}
-	if m.targets == nil {
-		m.targets = map[string]map[Target]bool{}
-	}
-	m.targets[group] = now
 }
 
 // New registers every metric on a fresh registry (one-shot ticks).
@@ -96,14 +82,10 @@ func New() *Metrics {
 func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 	m := &Metrics{
 		gatherer: g,
-		TargetOnDigest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "image_refresh_target_on_digest",
-			Help: "1 when the target container runs the recorded digest, else 0.",
-		}, []string{"group", "image", "namespace", "workload", "container"}),
-		PodsOffDigest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "image_refresh_pods_off_digest",
-			Help: "Pods of the target's current template whose runtime reports another digest than the target should run.",
-		}, []string{"group", "image", "namespace", "workload", "container"}),
+		TargetOnDigest: NewTargetGauge("image_refresh_target_on_digest",
+			"1 when the target container runs the recorded digest, else 0."),
+		PodsOffDigest: NewTargetGauge("image_refresh_pods_off_digest",
+			"Pods of the target's current template whose runtime reports another digest than the target should run."),
 		GroupLockedOut: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "image_refresh_group_locked_out",
 			Help: "1 while the group's refresh is locked out; re-arm with `image-refresh rearm`.",

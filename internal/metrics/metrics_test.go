@@ -1,7 +1,12 @@
 package metrics
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // series counts the series of family on m's registry whose labels include
@@ -93,5 +98,73 @@ func TestSetTargets_D2_DeletesTheSeriesOfATargetTheGroupNoLongerHas(t *testing.T
 		if n := series(t, m, family, map[string]string{"group": "h", "container": "side"}); n != 1 {
 			t.Errorf("%s has %d series of group h's target, want it kept", family, n)
 		}
+	}
+}
+
+// exposition is every series of reg as "name{label=value,…} type value
+// help", in the registry's order.
+func exposition(t *testing.T, reg *prometheus.Registry) []string {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out = append(out, fmt.Sprintf("%s{%s} %s %v %q", f.GetName(), strings.Join(labels, ","), f.GetType(), s.GetGauge().GetValue(), f.GetHelp()))
+		}
+	}
+	return out
+}
+
+// R15: a TargetGauge exposes exactly what a GaugeVec of the target labels
+// does, through sets, overwrites, a target left (SetTargets) and a group
+// let go (ForgetGroup); it only keeps its series in less memory.
+func TestTargetGauge_R15_ExposesWhatAGaugeVecDoes(t *testing.T) {
+	vecReg, gaugeReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	vec := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "image_refresh_target_on_digest", Help: "1 when on digest."}, targetLabels)
+	vecReg.MustRegister(vec)
+	g := Register(gaugeReg, NewTargetGauge("image_refresh_target_on_digest", "1 when on digest."))
+
+	set := func(group string, tg Target, v float64) {
+		vec.WithLabelValues(group, tg.Image, tg.Namespace, tg.Workload, tg.Container).Set(v)
+		g.WithLabelValues(group, tg.Image, tg.Namespace, tg.Workload, tg.Container).Set(v)
+	}
+	api := Target{Image: "api", Namespace: "shop", Workload: "web", Container: "api"}
+	side := Target{Image: "side", Namespace: "shop", Workload: "web", Container: "side"}
+	job := Target{Image: "api", Namespace: "batch", Workload: "nightly", Container: "api"}
+	set("web", api, 1)
+	set("web", side, 0)
+	set("jobs", job, 1)
+	set("other", api, 1)
+	set("web", api, 0) // overwritten
+	same := func(step string) {
+		t.Helper()
+		a, b := exposition(t, vecReg), exposition(t, gaugeReg)
+		if !slices.Equal(a, b) {
+			t.Fatalf("%s: the TargetGauge exposes\n%s\nthe GaugeVec\n%s", step, strings.Join(b, "\n"), strings.Join(a, "\n"))
+		}
+		if len(a) == 0 {
+			t.Fatalf("%s: no series at all", step)
+		}
+	}
+	same("after the sets")
+	if n := len(exposition(t, gaugeReg)); n != 4 {
+		t.Fatalf("%d series, want 4", n)
+	}
+
+	// A target left group web; group jobs was let go.
+	vec.DeleteLabelValues("web", side.Image, side.Namespace, side.Workload, side.Container)
+	g.Retain("web", map[Target]bool{api: true})
+	vec.DeletePartialMatch(prometheus.Labels{"group": "jobs"})
+	g.DeleteGroup("jobs")
+	same("after the deletes")
+	if n := len(exposition(t, gaugeReg)); n != 2 {
+		t.Fatalf("%d series after the deletes, want 2", n)
 	}
 }

@@ -214,10 +214,12 @@ func managerOptions(o Options, namespaces map[string]cache.Config, byObject map[
 	if healthAddr == "" {
 		healthAddr = "0"
 	}
+	// The cache keeps the built-in kinds' workloads with only what the
+	// rules read (workload.StripWorkload, issue 38), other objects whole.
 	return ctrl.Options{
 		Scheme:                        scheme.Scheme,
 		MapperProvider:                rememberingMapperProvider,
-		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject},
+		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject, DefaultTransform: workload.StripWorkload},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        healthAddr,
 		LeaderElection:                o.LeaderElect,

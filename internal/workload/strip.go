@@ -20,13 +20,15 @@ import (
 // reads below take:
 //   - FromObject (every pass, the webhook's anchor state): the metadata
 //     (name, namespace, uid, resourceVersion, generation, labels,
-//     annotations), the pod template's images with their names and
+//     annotations but kubectl's last-applied-configuration), the pod template's images with their names and
 //     places (K1), imagePullSecrets and serviceAccountName (R20), the
 //     selector (N1), and the settledness (R4);
 //   - the settled guard (R4): generation, replicas, the StatefulSet's
-//     updateStrategy and the whole status; the other rollout parameters
-//     (strategy, paused, minReadySeconds, progressDeadlineSeconds) are
-//     scalars kept for it too;
+//     updateStrategy, the status's counts and revisions, and of its
+//     conditions only the one it reads, a Deployment's failed rollout
+//     (ProgressDeadlineExceeded); a CronJob's status is not read at all.
+//     The other rollout parameters (strategy, paused, minReadySeconds,
+//     progressDeadlineSeconds) are scalars kept for it too;
 //   - the managedFields entries, and within them only the fields, that
 //     name a writer: of an image of the pod template (imageManagers: N1,
 //     O2, C5, R7, R17), of an annotation (AnnotationManager: O1);
@@ -39,6 +41,7 @@ func StripWorkload(in any) (any, error) {
 	case *appsv1.Deployment:
 		k, _ := KindOf(o)
 		out := &appsv1.Deployment{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out.Status.Conditions = failedRollout(o.Status.Conditions)
 		s := &o.Spec
 		out.Spec = appsv1.DeploymentSpec{
 			Replicas: s.Replicas, Selector: s.Selector, Template: stripTemplate(&s.Template), Strategy: s.Strategy,
@@ -48,6 +51,7 @@ func StripWorkload(in any) (any, error) {
 	case *appsv1.DaemonSet:
 		k, _ := KindOf(o)
 		out := &appsv1.DaemonSet{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out.Status.Conditions = nil
 		s := &o.Spec
 		out.Spec = appsv1.DaemonSetSpec{
 			Selector: s.Selector, Template: stripTemplate(&s.Template), UpdateStrategy: s.UpdateStrategy, MinReadySeconds: s.MinReadySeconds,
@@ -56,6 +60,7 @@ func StripWorkload(in any) (any, error) {
 	case *appsv1.StatefulSet:
 		k, _ := KindOf(o)
 		out := &appsv1.StatefulSet{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out.Status.Conditions = nil
 		s := &o.Spec
 		out.Spec = appsv1.StatefulSetSpec{
 			Replicas: s.Replicas, Selector: s.Selector, Template: stripTemplate(&s.Template), UpdateStrategy: s.UpdateStrategy,
@@ -64,11 +69,24 @@ func StripWorkload(in any) (any, error) {
 		return out, nil
 	case *batchv1.CronJob:
 		k, _ := KindOf(o)
-		out := &batchv1.CronJob{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta), Status: o.Status}
+		out := &batchv1.CronJob{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, &o.ObjectMeta)}
 		out.Spec.JobTemplate.Spec.Template = stripTemplate(&o.Spec.JobTemplate.Spec.Template)
 		return out, nil
 	}
 	return in, nil
+}
+
+// failedRollout keeps of a Deployment's conditions the one the settled
+// guard reads: Progressing False for ProgressDeadlineExceeded (R4, V2).
+// The others (Available, a Progressing True) are most of a status's bytes.
+func failedRollout(cs []appsv1.DeploymentCondition) []appsv1.DeploymentCondition {
+	var out []appsv1.DeploymentCondition
+	for _, c := range cs {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // stripMeta keeps the workload's own metadata but for the managed fields
@@ -77,9 +95,28 @@ func stripMeta(k *Kind, m *metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation,
 		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
-		Labels: m.Labels, Annotations: m.Annotations, OwnerReferences: m.OwnerReferences,
+		Labels: m.Labels, Annotations: withoutLastApplied(m.Annotations), OwnerReferences: m.OwnerReferences,
 		ManagedFields: stripManagedFields(k, m.ManagedFields),
 	}
+}
+
+// withoutLastApplied is a's annotations without kubectl's copy of the
+// whole manifest (kubectl.kubernetes.io/last-applied-configuration, which
+// `kubectl apply` and Argo CD's client-side apply write): often the
+// largest part of a workload's metadata, and no rule reads it. Every
+// annotation write is a merge patch of the keys it sets, so the key is
+// never written back or lost.
+func withoutLastApplied(a map[string]string) map[string]string {
+	if _, ok := a[corev1.LastAppliedConfigAnnotation]; !ok {
+		return a
+	}
+	out := make(map[string]string, len(a)-1)
+	for k, v := range a {
+		if k != corev1.LastAppliedConfigAnnotation {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // stripTemplate keeps of a pod template what the reads take: the images

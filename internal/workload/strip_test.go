@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -49,6 +50,8 @@ func richWorkload(t *testing.T, kube kubernetes.Interface, ns, kind, name string
 		testenv.WithAnnotations(map[string]string{
 			stripPrefix + "/record.app": "registry.test/acme/app:prod@" + digestB,
 			gitops.ArgoTrackingID:       "shop:apps/Deployment:" + ns + "/" + name,
+			// kubectl's copy of the manifest, which nothing reads.
+			corev1.LastAppliedConfigAnnotation: `{"apiVersion":"v1","kind":"` + kind + `","metadata":{"name":"` + name + `"},"spec":{"template":{"spec":{"containers":[{"name":"app","image":"registry.test/acme/app:prod","resources":{"limits":{"cpu":"1","memory":"1Gi"}}}]}}}}`,
 		}),
 	}
 	switch kind {
@@ -168,6 +171,9 @@ func sameReads(t *testing.T, orig, s client.Object) {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("snapshot: %v / %v", err1, err2)
 	}
+	// kubectl's last-applied-configuration is the one annotation the
+	// strip drops: no rule reads it.
+	delete(o1.Annotations, corev1.LastAppliedConfigAnnotation)
 	if a, b := workload.WithoutManagedFields(o1), workload.WithoutManagedFields(o2); !reflect.DeepEqual(a, b) {
 		t.Errorf("the Object differs:\noriginal %+v\nstripped %+v", a, b)
 	}
@@ -264,6 +270,20 @@ func TestStripWorkload_N1_O1_O2_C5_R4_R17_R20_D1_K1_TheCacheKeepsWhatTheRulesRea
 					if strings.Contains(string(e.FieldsV1.Raw), f) {
 						t.Errorf("stripped: %s's entry keeps %s: %s", e.Manager, f, e.FieldsV1.Raw)
 					}
+				}
+			}
+			if _, ok := orig.GetAnnotations()[corev1.LastAppliedConfigAnnotation]; !ok {
+				t.Errorf("the object has no last-applied-configuration to drop")
+			}
+			if _, ok := s.GetAnnotations()[corev1.LastAppliedConfigAnnotation]; ok {
+				t.Errorf("stripped: kubectl's last-applied-configuration kept")
+			}
+			if d, ok := orig.(*appsv1.Deployment); ok {
+				if len(d.Status.Conditions) == 0 {
+					t.Errorf("the settled Deployment has no status conditions to drop")
+				}
+				if cs := s.(*appsv1.Deployment).Status.Conditions; len(cs) != 0 {
+					t.Errorf("stripped: status conditions the settled guard does not read kept: %+v", cs)
 				}
 			}
 			if slices.Contains(managers, "kubectl-edit/") || slices.Contains(managers, "kubectl-label/") {
@@ -371,5 +391,128 @@ func TestStripWorkload_K2_OtherObjectsPassUnchanged(t *testing.T) {
 	out, _ := workload.StripWorkload(d)
 	if got := out.(*appsv1.Deployment).ManagedFields; len(got) != 0 {
 		t.Errorf("a Deployment's entry that owns no image kept: %v", got)
+	}
+}
+
+// TestStripWorkload_O2_C5_AGitOpsFightReadsTheSame replays, on the local
+// API server, the writes of `run`'s GitOps fight test (test/e2e/run,
+// TestRun_O2_C5_…) for each tool: the tool applies the workload with its
+// tracking metadata, image-refresh pins the image (a JSON patch with a
+// test op, its own field manager), the tool syncs the bare tag back (its
+// apply of the whole manifest, or its patch of the one field), and
+// image-refresh re-pins. After every write the stripped copy answers every
+// read as the object does, and names the writer of the image and the tool
+// that applied it: the reads the revert predicate (ownWrite), the
+// re-pin's Event and C5's fight finding make.
+func TestStripWorkload_O2_C5_AGitOpsFightReadsTheSame(t *testing.T) {
+	t.Parallel()
+	c := testenv.Cluster(t)
+	ns := testenv.Namespace(t, c.Client)
+	ctx := context.Background()
+	const (
+		tag    = "registry.test/acme/api:prod"
+		pinned = tag + "@" + digestA
+	)
+	helmLabels := map[string]string{gitops.HelmName: "api", gitops.HelmNS: "shop", "app.kubernetes.io/managed-by": "Helm"}
+	helmAnnotations := map[string]string{"meta.helm.sh/release-name": "api", "meta.helm.sh/release-namespace": ns}
+	for _, tc := range []struct {
+		name, manager string
+		revert        types.PatchType // "": the tool's apply of the whole manifest
+		labels, ann   map[string]string
+		app           string // the application gitops.Identify names
+	}{
+		{name: "argo", manager: "argocd-controller", ann: map[string]string{gitops.ArgoTrackingID: "shop:apps/Deployment:" + ns + "/argo"}, app: "Application shop"},
+		{name: "argo-csa", manager: "argocd-controller", revert: types.StrategicMergePatchType, labels: map[string]string{gitops.ArgoInstance: "shop"}, app: "Application shop"},
+		{name: "kustomized", manager: gitops.KustomizeManager, labels: map[string]string{gitops.KustomizeName: "apps", gitops.KustomizeNS: "flux-system"}, app: "Kustomization flux-system/apps"},
+		{name: "released", manager: gitops.HelmManager, labels: helmLabels, ann: helmAnnotations, app: "HelmRelease shop/api"},
+		{name: "corrected", manager: gitops.HelmManager, revert: types.JSONPatchType, labels: helmLabels, ann: helmAnnotations, app: "HelmRelease shop/api"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			deployments := c.Client.AppsV1().Deployments(ns)
+			labels := map[string]string{"app": tc.name}
+			maps.Copy(labels, tc.labels)
+			apply := func() {
+				t.Helper()
+				manifest, err := json.Marshal(map[string]any{
+					"apiVersion": "apps/v1", "kind": "Deployment",
+					"metadata": map[string]any{"name": tc.name, "namespace": ns, "labels": labels, "annotations": tc.ann},
+					"spec": map[string]any{
+						"replicas": 1, "selector": map[string]any{"matchLabels": map[string]string{"app": tc.name}},
+						"template": map[string]any{
+							"metadata": map[string]any{"labels": map[string]string{"app": tc.name}},
+							"spec":     map[string]any{"containers": []any{map[string]any{"name": "app", "image": tag, "imagePullPolicy": "IfNotPresent"}}},
+						},
+					},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				force := true
+				if _, err := deployments.Patch(ctx, tc.name, types.ApplyPatchType, manifest, metav1.PatchOptions{FieldManager: tc.manager, Force: &force}); err != nil {
+					t.Fatalf("%s applies %s: %v", tc.manager, tc.name, err)
+				}
+			}
+			write := func(manager string, pt types.PatchType, patch string) {
+				t.Helper()
+				if _, err := deployments.Patch(ctx, tc.name, pt, []byte(patch), metav1.PatchOptions{FieldManager: manager}); err != nil {
+					t.Fatalf("%s writes %s: %v", manager, tc.name, err)
+				}
+			}
+			pin := func() {
+				t.Helper()
+				write(workload.FieldManager, types.JSONPatchType, fmt.Sprintf(`[{"op":"test","path":"/spec/template/spec/containers/0/image","value":%q},`+
+					`{"op":"replace","path":"/spec/template/spec/containers/0/image","value":%q}]`, tag, pinned))
+			}
+			revert := func() {
+				t.Helper()
+				switch tc.revert {
+				case "":
+					apply()
+				case types.JSONPatchType:
+					write(tc.manager, tc.revert, fmt.Sprintf(`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":%q}]`, tag))
+				default:
+					write(tc.manager, tc.revert, fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":%q}]}}}}`, tag))
+				}
+			}
+			// check compares the reads of the stored object and its
+			// stripped copy, and that the copy names the image's writer.
+			check := func(step, image, writer string) {
+				t.Helper()
+				orig, err := deployments.Get(ctx, tc.name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := stripped(t, orig)
+				sameReads(t, orig, s)
+				app, ok := workload.FromObject(s).Container("app")
+				if !ok || app.Image != image || app.ImageManager != writer {
+					t.Errorf("%s: stripped copy reads image %q written by %q (found %v), want %q by %q", step, app.Image, app.ImageManager, ok, image, writer)
+				}
+				if writer != workload.FieldManager {
+					w, ok := gitops.Identify(app.ImageManager, s.GetLabels(), s.GetAnnotations())
+					if !ok || w.App != tc.app {
+						t.Errorf("%s: stripped copy names the tool %+v (%v), want its application %s", step, w, ok, tc.app)
+					}
+				}
+				if t.Failed() {
+					t.Fatalf("after %s", step)
+				}
+			}
+			apply()
+			check("the tool's apply", tag, tc.manager)
+			pin()
+			check("the pin", pinned, workload.FieldManager)
+			for round := range 3 {
+				revert()
+				check(fmt.Sprintf("revert %d", round+1), tag, tc.manager)
+				pin()
+				check(fmt.Sprintf("re-pin %d", round+1), pinned, workload.FieldManager)
+			}
+			if err := testenv.WaitSettled(ctx, c.Client, workload.KindDeployment, ns, tc.name, 90*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			check("the settled re-pin", pinned, workload.FieldManager)
+		})
 	}
 }

@@ -122,6 +122,7 @@ func (n *Caches) sync(ctx context.Context, labelled map[string]bool, leading boo
 			Scheme: n.scheme, Mapper: n.mapper, HTTPClient: n.httpClient,
 			DefaultNamespaces: map[string]cache.Config{ns: {}},
 			ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: workload.StripPod}},
+			DefaultTransform:  workload.StripWorkload, // the workloads: what the rules read
 		})
 		if err != nil {
 			return fmt.Errorf("cache of namespace %s: %w", ns, err)

@@ -118,6 +118,19 @@ func TestRun_O2_C5_GitOpsRevertsNameTheToolAndTheFightEndsWithItsOwnSetting(t *t
 	for range cases {
 		<-done
 	}
+	// The pass that reports a fight may still have the last re-pin's
+	// attempt in flight (R10): the tool's revert rolls out under it, and
+	// the pass that sees it settled clears the counter. Stopping before
+	// that leaves refresh-attempt at the bound, which status rightly reads
+	// as locked-out; so wait until every group confirmed its last attempt.
+	ctl.UntilWatched(t, 90*time.Second, "every group's last attempt confirmed", e.WatchDeployments(), func() bool {
+		for _, c := range cases {
+			if _, inFlight := e.Annotations(c.deploy)[e.Key("refresh-attempt")]; inFlight {
+				return false
+			}
+		}
+		return true
+	})
 
 	_, body := running.Get("http://" + ctl.Metrics + "/metrics")
 	for _, c := range cases {

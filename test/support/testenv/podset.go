@@ -140,13 +140,13 @@ func CreatePodSet(t testing.TB, dyn dynamic.Interface, ns, name string, opts ...
 // out (observedGeneration, every replica updated, ready and available),
 // unless the test holds it or makes it report a stall.
 type PodSetDriver struct {
-	dyn       dynamic.Interface
-	ns, name  string
-	mu        sync.Mutex
-	held      bool
-	stalled   string
-	observed  atomic.Int64 // the generation the last status write observed
-	done      chan struct{}
+	dyn      dynamic.Interface
+	ns, name string
+	mu       sync.Mutex
+	held     bool
+	stalled  string
+	observed atomic.Int64 // the generation the last status write observed
+	done     chan struct{}
 	// lastError is the driver's last failure (errors of several types).
 	lastError atomic.Pointer[error]
 }
