@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/image-refresh/image-refresh/internal/config"
@@ -18,17 +19,27 @@ import (
 // verdict. Callers verify a digest once per policy, before it is first
 // recorded or pinned, never per poll (C2).
 func (r *Resolver) Signatures(ctx context.Context, repository, digest string, policy *config.VerificationPolicy, kc authn.Keychain) (verify.Verdict, error) {
+	return read(ctx, r, repository, digest, kc, func(ctx context.Context, ref name.Digest, reuse remote.Option) (verify.Verdict, error) {
+		return verify.Verify(ctx, ref, policy, reuse)
+	})
+}
+
+// read runs f on repository@digest within one Options.Timeout, through the
+// repository's session (reuse), and classifies what failed: a registry
+// that could not be read is an *Error, never a verdict.
+func read[T any](ctx context.Context, r *Resolver, repository, digest string, kc authn.Keychain, f func(context.Context, name.Digest, remote.Option) (T, error)) (T, error) {
+	var zero T
 	ref, route, err := r.digestRef(repository, digest)
 	if err != nil {
-		return verify.Verdict{}, err
+		return zero, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	sess, err := r.puller(ctx, ref.Context(), route, kc)
 	if err != nil {
-		return verify.Verdict{}, getFailure(ctx, ref.String(), err)
+		return zero, getFailure(ctx, ref.String(), err)
 	}
-	v, err := verify.Verify(ctx, ref, policy, remote.Reuse(sess.puller))
+	v, err := f(ctx, ref, remote.Reuse(sess.puller))
 	r.settle(ref.Context(), sess, err)
 	if err != nil {
 		return v, getFailure(ctx, ref.String(), err)
@@ -40,22 +51,9 @@ func (r *Resolver) Signatures(ctx context.Context, repository, digest string, po
 // signer of a follower (P2): V5's reader through the repository's session.
 // A registry that cannot be read is an error (R1), never a verdict.
 func (r *Resolver) Promotion(ctx context.Context, repository, digest string, a *config.AttestedBy, kc authn.Keychain) (verify.PromotionVerdict, error) {
-	ref, route, err := r.digestRef(repository, digest)
-	if err != nil {
-		return verify.PromotionVerdict{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	sess, err := r.puller(ctx, ref.Context(), route, kc)
-	if err != nil {
-		return verify.PromotionVerdict{}, getFailure(ctx, ref.String(), err)
-	}
-	v, err := verify.VerifyPromotion(ctx, ref, a, remote.Reuse(sess.puller))
-	r.settle(ref.Context(), sess, err)
-	if err != nil {
-		return v, getFailure(ctx, ref.String(), err)
-	}
-	return v, nil
+	return read(ctx, r, repository, digest, kc, func(ctx context.Context, ref name.Digest, reuse remote.Option) (verify.PromotionVerdict, error) {
+		return verify.VerifyPromotion(ctx, ref, a, reuse)
+	})
 }
 
 // PublishPromotion signs and attaches repository@digest's promotion
