@@ -38,14 +38,7 @@ func measurePromote(ctx context.Context, w *world, pushes int) ([]row, error) {
 	}
 	leader.name = "staging"
 	follower := group{name: "production", ns: "bench-promote-prod", image: leader.image, targets: names("p", 20), promotion: fmt.Sprintf("{after: %s, soak: %s}", leader.name, promoteSoak)}
-	if err := w.namespace(ctx, follower.ns); err != nil {
-		return nil, err
-	}
-	ds := deployments(follower, w.repo(follower.image)+":prod@"+digest)
-	if err := w.createDeployments(ctx, ds, 4); err != nil {
-		return nil, err
-	}
-	if err := w.waitSettled(ctx, []string{follower.ns}, nil, 2*time.Minute); err != nil {
+	if err := w.createGroup(ctx, follower, digest); err != nil {
 		return nil, err
 	}
 	gs := []group{leader, follower}
@@ -56,40 +49,10 @@ func measurePromote(ctx context.Context, w *world, pushes int) ([]row, error) {
 		return nil, err
 	}
 	defer b.stop()
-	var late, fromPush sample
-	for i := range pushes {
-		list, err := w.kube.AppsV1().Deployments(follower.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		digest, err = w.push(leader.image)
-		if err != nil {
-			return nil, err
-		}
-		pushed := time.Now()
-		all, err := waitAllOn(ctx, w, follower, list, "@"+digest)
-		if err != nil {
-			return nil, fmt.Errorf("push %d: the follower: %w", i+1, err)
-		}
-		soakEnd, err := soakEndOf(ctx, w, leader, digest)
-		if err != nil {
-			return nil, fmt.Errorf("push %d: %w", i+1, err)
-		}
-		if all.Before(soakEnd) {
-			return nil, fmt.Errorf("push %d: the follower moved %s before the leader's soak ended", i+1, soakEnd.Sub(all))
-		}
-		late = append(late, all.Sub(soakEnd).Seconds())
-		fromPush = append(fromPush, all.Sub(pushed).Seconds())
-		progress("promote: push %d: the soak ended %s after the push, the follower's 20 targets changed %s after that",
-			i+1, fmtSeconds(soakEnd.Sub(pushed).Seconds()), fmtSeconds(all.Sub(soakEnd).Seconds()))
-		for _, g := range gs {
-			if err := w.waitSettled(ctx, []string{g.ns}, onDigest(digest), 5*time.Minute); err != nil {
-				return nil, err
-			}
-			if err := waitIdle(ctx, w, g.ns, g, "@"+digest); err != nil {
-				return nil, err
-			}
-		}
+	late, fromPush, err := promoteSeries(ctx, w, leader, follower, pushes, "promote", "the soak ended",
+		func(digest string) (time.Time, error) { return soakEndOf(ctx, w, leader, digest) })
+	if err != nil {
+		return nil, err
 	}
 	n := fmt.Sprint(len(late))
 	return []row{
@@ -100,13 +63,63 @@ func measurePromote(ctx context.Context, w *world, pushes int) ([]row, error) {
 	}, nil
 }
 
-// deployments are g's one-replica Deployments on image.
-func deployments(g group, image string) []*appsv1.Deployment {
+// createGroup creates g's namespace and its one-replica Deployments,
+// pinned to digest of its image, and waits until they settled.
+func (w *world) createGroup(ctx context.Context, g group, digest string) error {
+	if err := w.namespace(ctx, g.ns); err != nil {
+		return err
+	}
 	var ds []*appsv1.Deployment
 	for _, t := range g.targets {
-		ds = append(ds, deployment(g.ns, t, image))
+		ds = append(ds, deployment(g.ns, t, w.repo(g.image)+":prod@"+digest))
 	}
-	return ds
+	if err := w.createDeployments(ctx, ds, 4); err != nil {
+		return err
+	}
+	return w.waitSettled(ctx, []string{g.ns}, nil, 2*time.Minute)
+}
+
+// promoteSeries pushes new digests of leader's image, one after the other,
+// and for each takes from a watch the moment every target of follower is
+// on it, and from due the moment its promotion became due (the soak's
+// end, the publication). It returns, per push, due → all changed and
+// push → all changed, and waits for both groups to be idle again.
+func promoteSeries(ctx context.Context, w *world, leader, follower group, pushes int, phase, dueWhat string, due func(digest string) (time.Time, error)) (fromDue, fromPush sample, err error) {
+	for i := range pushes {
+		list, err := w.kube.AppsV1().Deployments(follower.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		digest, err := w.push(leader.image)
+		if err != nil {
+			return nil, nil, err
+		}
+		pushed := time.Now()
+		all, err := waitAllOn(ctx, w, follower, list, "@"+digest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("push %d: %s: %w", i+1, follower.name, err)
+		}
+		at, err := due(digest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("push %d: %w", i+1, err)
+		}
+		if all.Before(at.Truncate(time.Second)) {
+			return nil, nil, fmt.Errorf("push %d: %s moved %s before %s", i+1, follower.name, at.Sub(all), dueWhat)
+		}
+		fromDue = append(fromDue, all.Sub(at).Seconds())
+		fromPush = append(fromPush, all.Sub(pushed).Seconds())
+		progress("%s: push %d: %s %s after the push, %s's %d targets changed %s after that",
+			phase, i+1, dueWhat, fmtSeconds(at.Sub(pushed).Seconds()), follower.name, len(follower.targets), fmtSeconds(all.Sub(at).Seconds()))
+		for _, g := range []group{leader, follower} {
+			if err := w.waitSettled(ctx, []string{g.ns}, onDigest(digest), 5*time.Minute); err != nil {
+				return nil, nil, err
+			}
+			if err := waitIdle(ctx, w, g.ns, g, "@"+digest); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return fromDue, fromPush, nil
 }
 
 // soakEndOf reads when the leader's soak of digest ended, as the engine
@@ -151,13 +164,7 @@ func measurePromoteAcross(ctx context.Context, w *world, pushes int) ([]row, err
 	staging.promotion = fmt.Sprintf("{publish: {soak: %s}}", promoteSoak)
 	prod := group{name: "production", ns: "bench-across-prod", image: staging.image, targets: names("p", 20),
 		promotion: fmt.Sprintf("{attestedBy: {name: staging, cosign: {publicKeys: [%s]}}, soak: 0s}", pubFile)}
-	if err := w.namespace(ctx, prod.ns); err != nil {
-		return nil, err
-	}
-	if err := w.createDeployments(ctx, deployments(prod, w.repo(prod.image)+":prod@"+digest), 4); err != nil {
-		return nil, err
-	}
-	if err := w.waitSettled(ctx, []string{prod.ns}, nil, 2*time.Minute); err != nil {
+	if err := w.createGroup(ctx, prod, digest); err != nil {
 		return nil, err
 	}
 	first := digest
@@ -174,40 +181,10 @@ func measurePromoteAcross(ctx context.Context, w *world, pushes int) ([]row, err
 		return nil, fmt.Errorf("installation production: %w", err)
 	}
 	defer b.stop()
-	var fromPublish, fromPush sample
-	for i := range pushes {
-		list, err := w.kube.AppsV1().Deployments(prod.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		digest, err = w.push(staging.image)
-		if err != nil {
-			return nil, err
-		}
-		pushed := time.Now()
-		all, err := waitAllOn(ctx, w, prod, list, "@"+digest)
-		if err != nil {
-			return nil, fmt.Errorf("push %d: production: %w", i+1, err)
-		}
-		published, err := publishedAt(ctx, w, staging, digest)
-		if err != nil {
-			return nil, fmt.Errorf("push %d: %w", i+1, err)
-		}
-		if all.Before(published.Truncate(time.Second)) {
-			return nil, fmt.Errorf("push %d: production moved %s before staging published", i+1, published.Sub(all))
-		}
-		fromPublish = append(fromPublish, all.Sub(published).Seconds())
-		fromPush = append(fromPush, all.Sub(pushed).Seconds())
-		progress("promote-across: push %d: published %s after the push, production's 20 targets changed %s after that",
-			i+1, fmtSeconds(published.Sub(pushed).Seconds()), fmtSeconds(all.Sub(published).Seconds()))
-		for _, g := range []group{staging, prod} {
-			if err := w.waitSettled(ctx, []string{g.ns}, onDigest(digest), 5*time.Minute); err != nil {
-				return nil, err
-			}
-			if err := waitIdle(ctx, w, g.ns, g, "@"+digest); err != nil {
-				return nil, err
-			}
-		}
+	fromPublish, fromPush, err := promoteSeries(ctx, w, staging, prod, pushes, "promote-across", "published",
+		func(digest string) (time.Time, error) { return publishedAt(ctx, w, staging, digest) })
+	if err != nil {
+		return nil, err
 	}
 	n := fmt.Sprint(len(fromPublish))
 	return []row{
