@@ -104,23 +104,7 @@ func evidence(ev PromotionEvidence) obsOpt {
 
 func TestDecide_P2_AFollowerOfAnotherClusterMovesOnlyToAnAttestedDigest(t *testing.T) {
 	g := group(withImage("api", on(webAPI)), attestedByStaging(15*time.Minute))
-	moved := func(opts ...obsOpt) Observation {
-		return observe(g, append([]obsOpt{withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, pinned(dA))}, opts...)...)
-	}
-	waiting := want{rows: []string{"api web/api: waiting"}, findings: []string{"api: INFO - benign"}}
-	rolls := want{
-		rows: []string{"api web/api: drifted"},
-		repin: &wantRepin{
-			attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-			changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-			wait:    []string{"web"},
-			clear:   kv{k.Attempt(): deleted},
-			record:  kv{k.Record("api"): "<B>"},
-		},
-	}
-	message := func(sub string) func(t *testing.T, p *Plan) {
-		return func(t *testing.T, p *Plan) { contains(t, "the row's message", short.Replace(p.Rows[0].Message), sub) }
-	}
+	moved, waiting, rolls, message := followerFixture(g)
 	recheck := flapNow.Add(30 * time.Second)
 	run(t, map[string]decideCase{
 		"no attestation yet: waiting, naming the signer, and run looks again": {

@@ -34,13 +34,15 @@ func soakedFor(d string, minutes, restarts int) string {
 	return state.SoakValue{Digest: d, Since: flapNow.Add(-time.Duration(minutes) * time.Minute), Restarts: restarts}.String()
 }
 
-func TestDecide_P1_AFollowerMovesOnlyToADigestItsLeaderSoaked(t *testing.T) {
-	g := group(withImage("api", on(webAPI)), following(30*time.Minute))
-	moved := func(opts ...obsOpt) Observation {
+// followerFixture is what the promotion tests share for group g (P1, P2):
+// an observation of its image api moved from <A> to <B>, the outcomes
+// "waits" and "rolls to <B>", and a check of the row's message.
+func followerFixture(g config.Group) (moved func(...obsOpt) Observation, waiting, rolls want, message func(string) func(*testing.T, *Plan)) {
+	moved = func(opts ...obsOpt) Observation {
 		return observe(g, append([]obsOpt{withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, pinned(dA))}, opts...)...)
 	}
-	waiting := want{rows: []string{"api web/api: waiting"}, findings: []string{"api: INFO - benign"}}
-	rolls := want{
+	waiting = want{rows: []string{"api web/api: waiting"}, findings: []string{"api: INFO - benign"}}
+	rolls = want{
 		rows: []string{"api web/api: drifted"},
 		repin: &wantRepin{
 			attempt: 1, attemptSet: kv{k.Attempt(): "1"},
@@ -50,9 +52,15 @@ func TestDecide_P1_AFollowerMovesOnlyToADigestItsLeaderSoaked(t *testing.T) {
 			record:  kv{k.Record("api"): "<B>"},
 		},
 	}
-	message := func(sub string) func(t *testing.T, p *Plan) {
+	message = func(sub string) func(t *testing.T, p *Plan) {
 		return func(t *testing.T, p *Plan) { contains(t, "the row's message", short.Replace(p.Rows[0].Message), sub) }
 	}
+	return moved, waiting, rolls, message
+}
+
+func TestDecide_P1_AFollowerMovesOnlyToADigestItsLeaderSoaked(t *testing.T) {
+	g := group(withImage("api", on(webAPI)), following(30*time.Minute))
+	moved, waiting, rolls, message := followerFixture(g)
 	run(t, map[string]decideCase{
 		"the leader has not run the new digest: the follower waits, naming the leader": {
 			settings: []settingsOpt{onClock},
