@@ -297,22 +297,7 @@ func TestFaults_R10_ConflictOnTheAnchorsAnnotationPatchIsRetriedWithFreshState(t
 	if strings.Contains(logs, "level=ERROR") {
 		t.Errorf("a retried conflict was reported as an error:\n%s", logs)
 	}
-	want := e.Repo("api") + ":prod@" + next
-	for n, c := range map[string]string{"jobs-manager": "api", "requests-proxy": "proxy"} {
-		if got := e.Image(n, c); got != want {
-			t.Errorf("%s runs %s, want %s", n, got, want)
-		}
-		if got := e.Rollouts(n); got != before[n]+1 {
-			t.Errorf("%s has %d ReplicaSets, want %d (exactly one rollout)", n, got, before[n]+1)
-		}
-	}
-	a := e.Annotations("jobs-manager")
-	if got := a[e.Key("last-refreshed-api-digest")]; got != next {
-		t.Errorf("record %q, want %q", got, next)
-	}
-	if v, ok := a[e.Key("refresh-attempt")]; ok {
-		t.Errorf("attempt counter %q left after a settled rollout", v)
-	}
+	e.convergedOn(t, next, before)
 }
 
 func TestFaults_R14_AHangingWriteIsBoundedByAPITimeoutAndNotRolledTwice(t *testing.T) {
@@ -357,22 +342,7 @@ func TestFaults_R14_AHangingWriteIsBoundedByAPITimeoutAndNotRolledTwice(t *testi
 	if ps := proxyPatches(p.seen()); strings.Contains(strings.Join(ps, ","), " image") {
 		t.Errorf("the converging tick re-imaged again: %v", ps)
 	}
-	want := e.Repo("api") + ":prod@" + next
-	for n, c := range map[string]string{"jobs-manager": "api", "requests-proxy": "proxy"} {
-		if got := e.Image(n, c); got != want {
-			t.Errorf("%s runs %s, want %s", n, got, want)
-		}
-		if got := e.Rollouts(n); got != before[n]+1 {
-			t.Errorf("%s has %d ReplicaSets, want %d (no duplicate rollout)", n, got, before[n]+1)
-		}
-	}
-	a = e.Annotations("jobs-manager")
-	if got := a[e.Key("last-refreshed-api-digest")]; got != next {
-		t.Errorf("record %q after convergence, want %q", got, next)
-	}
-	if v, ok := a[e.Key("refresh-attempt")]; ok {
-		t.Errorf("attempt counter %q left after convergence", v)
-	}
+	e.convergedOn(t, next, before)
 }
 
 func TestFaults_R14_AHangingReadIsBoundedByAPITimeout(t *testing.T) {
@@ -455,22 +425,7 @@ func TestFaults_R10_APIServer500OnTheImagePatchKeepsTheAttemptAndRecord(t *testi
 	if code, _, _ := e.tickVia(p, cfg); code != 0 {
 		t.Fatalf("tick after the API healed: exit %d, want 0", code)
 	}
-	want := e.Repo("api") + ":prod@" + next
-	for n, c := range map[string]string{"jobs-manager": "api", "requests-proxy": "proxy"} {
-		if got := e.Image(n, c); got != want {
-			t.Errorf("%s runs %s, want %s", n, got, want)
-		}
-		if got := e.Rollouts(n); got != before[n]+1 {
-			t.Errorf("%s has %d ReplicaSets, want %d (exactly one rollout)", n, got, before[n]+1)
-		}
-	}
-	a = e.Annotations("jobs-manager")
-	if got := a[e.Key("last-refreshed-api-digest")]; got != next {
-		t.Errorf("record %q after convergence, want %q", got, next)
-	}
-	if v, ok := a[e.Key("refresh-attempt")]; ok {
-		t.Errorf("attempt counter %q left after convergence", v)
-	}
+	e.convergedOn(t, next, before)
 }
 
 func TestFaults_C1_APIServerRestartDuringRunReestablishesWatches(t *testing.T) {
@@ -569,26 +524,34 @@ func TestFaults_R14_APIServerRestartDuringATicksRolloutWaitConverges(t *testing.
 	if code != 0 {
 		t.Fatalf("tick whose rollout wait outlived an API server restart: exit %d, want 0\n%s", code, logs)
 	}
+	e.convergedOn(t, next, before)
+	// The cluster is whole again for the tests that follow.
+	for _, n := range e.C.NodeNames {
+		if err := e.C.WaitNodeReady(ctx, n, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// convergedOn checks the seed shape's two targets after a fault healed:
+// both on next, exactly one rollout each since before, the record on next
+// and no attempt counter left (R10, R14).
+func (e *env) convergedOn(t *testing.T, next string, before map[string]int) {
+	t.Helper()
 	want := e.Repo("api") + ":prod@" + next
 	for n, c := range map[string]string{"jobs-manager": "api", "requests-proxy": "proxy"} {
 		if got := e.Image(n, c); got != want {
 			t.Errorf("%s runs %s, want %s", n, got, want)
 		}
 		if got := e.Rollouts(n); got != before[n]+1 {
-			t.Errorf("%s has %d ReplicaSets, want %d (exactly one rollout)", n, got, before[n]+1)
+			t.Errorf("%s has %d ReplicaSets, want %d (exactly one rollout, no duplicate)", n, got, before[n]+1)
 		}
 	}
 	a := e.Annotations("jobs-manager")
 	if got := a[e.Key("last-refreshed-api-digest")]; got != next {
-		t.Errorf("record %q, want %q (recorded only after the settle)", got, next)
+		t.Errorf("record %q, want %q (recorded once the rollout settled)", got, next)
 	}
 	if v, ok := a[e.Key("refresh-attempt")]; ok {
 		t.Errorf("attempt counter %q left after a settled rollout", v)
-	}
-	// The cluster is whole again for the tests that follow.
-	for _, n := range e.C.NodeNames {
-		if err := e.C.WaitNodeReady(ctx, n, true); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
