@@ -444,3 +444,28 @@ func ann(pairs ...string) map[string]string {
 func pinnedBefore(image, d string) map[string]string {
 	return ann(k.Record(image), d, k.EverPinned(image), "true")
 }
+
+// rollsWebAPI is the repin of group web's one target web/api from digest
+// from to digest to, a digest change (R6): the attempt set first, the
+// image written, the rollout waited for, the attempt cleared and to
+// recorded.
+func rollsWebAPI(from, to string) *wantRepin {
+	return &wantRepin{
+		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+		changes: []string{"web: api docker.io/acme/api@" + from + " -> docker.io/acme/api@" + to + " (digest-change, helm)"},
+		wait:    []string{"web"},
+		clear:   kv{k.Attempt(): deleted},
+		record:  kv{k.Record("api"): to},
+	}
+}
+
+// repinsWebAPI is the re-pin of group web's one target web/api, reverted
+// to the tag, to digest to (R7): nothing is recorded.
+func repinsWebAPI(to string) *wantRepin {
+	return &wantRepin{
+		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
+		changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@" + to + " (revert, helm)"},
+		wait:    []string{"web"},
+		clear:   kv{k.Attempt(): deleted},
+	}
+}

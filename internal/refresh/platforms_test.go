@@ -122,28 +122,16 @@ func TestDecide_V3_ADigestLackingANeededPlatformIsNeitherRecordedNorPinned(t *te
 			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, pinned(dA)),
 				needs("api", linuxARM64, linuxARMv7), serves(dB, linuxARMv7)),
 			want: want{
-				rows: []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("api"): "<B>"},
-				},
+				rows:  []string{"api web/api: drifted"},
+				repin: rollsWebAPI("<A>", "<B>"),
 			},
 		},
 		"a digest serving every needed platform rolls": {
 			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, pinned(dA)),
 				needs("api", linuxAMD64), serves(dB, linuxAMD64, linuxARM64)),
 			want: want{
-				rows: []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("api"): "<B>"},
-				},
+				rows:  []string{"api web/api: drifted"},
+				repin: rollsWebAPI("<A>", "<B>"),
 			},
 		},
 		"a digest whose platforms were not read is held (fail-closed)": {
@@ -166,14 +154,8 @@ func TestDecide_V3_ADigestLackingANeededPlatformIsNeitherRecordedNorPinned(t *te
 			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dB), withLive(webAPI, pinned(dA)),
 				needs("api"), serves(dB, linuxARM64)),
 			want: want{
-				rows: []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("api"): "<B>"},
-				},
+				rows:  []string{"api web/api: drifted"},
+				repin: rollsWebAPI("<A>", "<B>"),
 			},
 		},
 		"a held digest does not stop a revert re-pin to the recorded one": {
@@ -182,12 +164,7 @@ func TestDecide_V3_ADigestLackingANeededPlatformIsNeitherRecordedNorPinned(t *te
 			want: want{
 				rows:     []string{"api web/api: drifted"},
 				findings: missingFinding,
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:    repinsWebAPI("<A>"),
 			},
 		},
 		"the record is not checked again: the tag back on it is pinned": {

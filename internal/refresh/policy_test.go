@@ -124,12 +124,7 @@ func TestDecide_R22_ANewDigestWaitsForMinDigestAge(t *testing.T) {
 			want: want{
 				rows:     []string{"api web/api: drifted"},
 				findings: []string{"api: INFO - benign"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:    repinsWebAPI("<A>"),
 			},
 		},
 		"the tag back on the record deletes the first-seen time": {
@@ -177,13 +172,7 @@ func TestDecide_R23_ANewDigestRearmsALockout(t *testing.T) {
 				bookkeeping: kv{k.Attempt(): deleted, k.Flap(): deleted, k.Holder(): deleted},
 				findings:    []string{"group: WARN RearmedByNewDigest benign"},
 				rows:        []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<C> (digest-change, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("api"): "<C>"},
-				},
+				repin:       rollsWebAPI("<A>", "<C>"),
 			},
 			also: func(t *testing.T, p *Plan) {
 				f := findingWith(t, p, ReasonRearmedByNewDigest)
@@ -203,13 +192,7 @@ func TestDecide_R23_ANewDigestRearmsALockout(t *testing.T) {
 				bookkeeping: kv{k.Attempt(): deleted, k.Flap(): deleted, k.Holder(): deleted},
 				findings:    []string{"group: WARN RearmedByNewDigest benign"},
 				rows:        []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api@<B> -> docker.io/acme/api@<C> (digest-change, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("api"): "<C>"},
-				},
+				repin:       rollsWebAPI("<B>", "<C>"),
 			},
 		},
 		"a group locked before it recorded its digests is not re-armed by a new one": {
@@ -235,12 +218,7 @@ func TestDecide_R23_ANewDigestRearmsALockout(t *testing.T) {
 			want: want{
 				rows:     []string{"api web/api: drifted"},
 				findings: []string{"api: WARN DigestQuarantined needs-human"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<C> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:    repinsWebAPI("<C>"),
 			},
 		},
 		"the list keeps the newest digests only": {
@@ -302,12 +280,7 @@ func TestDecide_R24_DigestChangesStartOnlyInsideARolloutWindow(t *testing.T) {
 			want: want{
 				rows:     []string{"api web/api: drifted"},
 				findings: []string{"api: INFO - benign"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:    repinsWebAPI("<A>"),
 			},
 		},
 	})
@@ -354,12 +327,7 @@ func TestDecide_R24_MaxConcurrentRolloutsQueuesADigestChange(t *testing.T) {
 			settings: []settingsOpt{slots(1)},
 			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dA), withLive(webAPI, onTag),
 				func(o *Observation) { o.RollingElsewhere = []string{"edge-2"} }),
-			want: want{rows: []string{"api web/api: drifted"}, repin: &wantRepin{
-				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-				wait:    []string{"web"},
-				clear:   kv{k.Attempt(): deleted},
-			}},
+			want: want{rows: []string{"api web/api: drifted"}, repin: repinsWebAPI("<A>")},
 		},
 	})
 }

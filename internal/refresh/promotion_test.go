@@ -43,14 +43,8 @@ func followerFixture(g config.Group) (moved func(...obsOpt) Observation, waiting
 	}
 	waiting = want{rows: []string{"api web/api: waiting"}, findings: []string{"api: INFO - benign"}}
 	rolls = want{
-		rows: []string{"api web/api: drifted"},
-		repin: &wantRepin{
-			attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-			changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-			wait:    []string{"web"},
-			clear:   kv{k.Attempt(): deleted},
-			record:  kv{k.Record("api"): "<B>"},
-		},
+		rows:  []string{"api web/api: drifted"},
+		repin: rollsWebAPI("<A>", "<B>"),
 	}
 	message = func(sub string) func(t *testing.T, p *Plan) {
 		return func(t *testing.T, p *Plan) { contains(t, "the row's message", short.Replace(p.Rows[0].Message), sub) }
@@ -126,13 +120,8 @@ func TestDecide_P1_AFollowerMovesOnlyToADigestItsLeaderSoaked(t *testing.T) {
 			obs: observe(g, withAnchor(pinnedBefore("api", dA)), withLatest("api", dA), withLive(webAPI, onTag),
 				leaderSays(k.Record("api"), dA)),
 			want: want{
-				rows: []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				rows:  []string{"api web/api: drifted"},
+				repin: repinsWebAPI("<A>"),
 			},
 		},
 	})

@@ -70,12 +70,7 @@ func TestDecide_V1_OnlyAVerifiedDigestIsRecordedOrPinned(t *testing.T) {
 			want: want{
 				rows:     []string{"api web/api: drifted"},
 				findings: unverifiedFinding,
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:    repinsWebAPI("<A>"),
 			},
 		},
 		"a signed new digest lacking a required attestation holds, the remediation naming it (V5)": {
@@ -97,13 +92,7 @@ func TestDecide_V1_OnlyAVerifiedDigestIsRecordedOrPinned(t *testing.T) {
 			want: want{
 				bookkeeping: kv{k.Verified("api"): "release/k1@<B>"},
 				rows:        []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("api"): "<B>"},
-				},
+				repin:       rollsWebAPI("<A>", "<B>"),
 			},
 		},
 		"once the record caught up, the kept verification goes": {
