@@ -41,14 +41,15 @@ func TestTick_P1_AGoodBuildReachesTheFollowerAfterTheSoakAndACrashingOneNever(t 
 	good := e.Push("web", "prod")
 	prodRow := func() map[string]any { return e2e.Row(e.Status(cfg), "prod", "web") }
 	// The tick moves staging (the leader passes first, though prod is
-	// listed first); prod waits, as staging has not run the build yet.
+	// listed first); prod waits, as staging was not yet found settled and
+	// healthy on the build.
 	code, logs := e.Tick(cfg)
 	if code != 0 || e.Image("staging", "web") != tag+"@"+good || e.Image("prod", "web") != tag+"@"+first {
 		t.Fatalf("first tick after the push: exit %d, staging %s, prod %s; want 0, staging on %s, prod on %s:\n%s",
 			code, e.Image("staging", "web"), e.Image("prod", "web"), good, first, logs)
 	}
-	if len(e2e.LogLines(logs, "INFO", "group staging, which group prod follows, has not run "+good)) == 0 {
-		t.Errorf("no INFO saying prod waits for staging to run %s:\n%s", good, logs)
+	if len(e2e.LogLines(logs, "INFO", "group staging, which group prod follows, runs "+good+" but has not yet been found settled and healthy on it")) == 0 {
+		t.Errorf("no INFO saying prod waits for staging to be found healthy on %s:\n%s", good, logs)
 	}
 	// The next tick finds staging settled and healthy on it: its soak
 	// starts now, and prod waits the whole soak.
