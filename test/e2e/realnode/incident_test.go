@@ -9,16 +9,7 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
-const incidentGroup = `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: api}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: api, container: api}
-`
+var incidentGroup = "groups:\n" + e2e.OneGroup("web", "api", "api", "api")
 
 // TestRealNode_N1_TheSeedsIncidentForReal is the seed's incident on a real
 // kubelet and containerd: the node pulled REG/acme/api:prod at build A, the

@@ -14,17 +14,10 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
-const initGroup = `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: api}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: api, container: api}
-          - {kind: Deployment, namespace: {{ns}}, name: api, container: migrate}
-`
+// initGroup pins the app container and its migration, an init container
+// of the same image.
+var initGroup = "groups:\n" + e2e.OneGroup("web", "api", "api", "api") +
+	"          - {kind: Deployment, namespace: {{ns}}, name: api, container: migrate}\n"
 
 // TestRealNode_K1_N1_TheSeedsIncidentInAnInitContainer is the seed's
 // incident where it does the most damage, on a real kubelet and

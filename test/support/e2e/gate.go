@@ -17,16 +17,7 @@ import (
 const OwnerKey = "acme.example/owner"
 
 // CfWebGroup is a group of one Deployment "web" that is its own anchor.
-const CfWebGroup = `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
-    images:
-      - name: web
-        repository: {{reg}}/acme/web
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}
-`
+var CfWebGroup = "groups:\n" + OneGroup("web", "web", "web", "web")
 
 // StateOf returns the annotations of a Deployment that image-refresh keeps
 // (prefix P) and the operator's own ownerKey.
