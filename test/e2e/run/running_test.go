@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
@@ -111,7 +109,7 @@ func TestTick_N1_AStaleNodeIsRunningStaleUntilThePinRollsItOut(t *testing.T) {
 func TestTick_N1_APlatformManifestOfAPinnedIndexIsOnTheDigestAndARuntimeWithoutRepoDigestIsUnknown(t *testing.T) {
 	e := newEnv(t)
 	index := e.Reg.MustPushRandomIndex(t, "acme/app", "prod", 2)
-	platforms := indexPlatforms(t, e.Repo("app")+"@"+index)
+	platforms := e2e.IndexChildren(t, e.Repo("app")+"@"+index)
 	tag := e.Repo("app") + ":prod"
 	pinned := tag + "@" + index
 	// Every node runs the first platform manifest for the index.
@@ -147,28 +145,6 @@ func TestTick_N1_APlatformManifestOfAPinnedIndexIsOnTheDigestAndARuntimeWithoutR
 	if n := len(e2e.LogLines(logs, "INFO", "NOTE:", "without a repository digest")); n != 1 {
 		t.Errorf("%d NOTE lines about the unknown pod, want 1:\n%s", n, logs)
 	}
-}
-
-// indexPlatforms lists the platform manifests of an image index.
-func indexPlatforms(t *testing.T, ref string) []string {
-	t.Helper()
-	d, err := name.NewDigest(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := remote.Index(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, desc := range m.Manifests {
-		out = append(out, desc.Digest.String())
-	}
-	return out
 }
 
 // In `run` the pods come from the informer cache (no LIST per pass): the

@@ -8,9 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -57,7 +55,7 @@ func TestTick_V3_AnArm64OnlyIndexOverAPinnedMultiArchIndexIsHeldOnAnAMD64Cluster
 	index := e.Reg.MustPushIndexFor(t, "acme/api", "prod", amd64, arm64)
 	// The nodes (all linux/amd64) run the index's amd64 manifest, and
 	// report its digest as the pods' imageID, as containerd does.
-	children := indexChildren(t, e.Repo("api")+"@"+index)
+	children := e2e.IndexChildren(t, e.Repo("api")+"@"+index)
 	for _, node := range e.C.NodeNames {
 		if err := e.C.SetNodeImageCache(node, e.Repo("api")+"@"+index, children[0]); err != nil {
 			t.Fatal(err)
@@ -178,29 +176,6 @@ func TestTick_V3_NodesOfSeveralPlatformsAndANodeSelector(t *testing.T) {
 	if got, want := e.Image("jobs-manager", "api"), e.Repo("api")+":prod@"+laptop; got != want {
 		t.Errorf("jobs-manager runs %s, want the amd64 build %s", got, want)
 	}
-}
-
-// indexChildren lists the platform manifests' digests of the index ref, in
-// its order.
-func indexChildren(t *testing.T, ref string) []string {
-	t.Helper()
-	d, err := name.NewDigest(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := remote.Index(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, d := range m.Manifests {
-		out = append(out, d.Digest.String())
-	}
-	return out
 }
 
 func TestTick_V3_ARegistryThatCannotTellThePlatformsIsAReadFailureNotAVerdict(t *testing.T) {

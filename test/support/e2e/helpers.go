@@ -209,3 +209,26 @@ func StatesAre(row map[string]any, want ...string) bool {
 	got := States(row)
 	return strings.Join(got, ",") == strings.Join(want, ",")
 }
+
+// IndexChildren lists the digests of the platform manifests of the image
+// index ref ("repo@sha256:…"), in its order.
+func IndexChildren(t *testing.T, ref string) []string {
+	t.Helper()
+	d, err := name.NewDigest(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, desc := range m.Manifests {
+		out = append(out, desc.Digest.String())
+	}
+	return out
+}
