@@ -334,11 +334,6 @@ func (e *env) revisions(ds string) int {
 	return len(list.Items)
 }
 
-func (e *env) dsImage(name string) string {
-	e.T.Helper()
-	return e.DaemonSet(name).Spec.Template.Spec.Containers[0].Image
-}
-
 // killStep is one point of a tick at which its process is SIGKILLed.
 type killStep struct {
 	name string
@@ -377,7 +372,7 @@ func TestKill_R10_R11_SIGKILLAtEachStepOfATickConvergesWithoutAnExtraRollout(t *
 	cfg := e.Config("apiTimeout: 5s\nrolloutTimeout: 45s\ndigestChangeWindow: 0s\n" + killShape)
 	e.PinAll(cfg)
 	e.Settle("DaemonSet", "agent")
-	if got, want := e.dsImage("agent"), tag+"@"+first; got != want {
+	if got, want := e.DaemonSetImage("agent"), tag+"@"+first; got != want {
 		t.Fatalf("setup: agent runs %s, want %s", got, want)
 	}
 	p := e.newKillProxy()
@@ -446,8 +441,8 @@ func TestKill_R10_R11_SIGKILLAtEachStepOfATickConvergesWithoutAnExtraRollout(t *
 		t.Run(st.name, func(t *testing.T) {
 			e := &env{e.WithT(t)}
 			old := e.Annotations("web")[recordKey]
-			if v, ok := e.Annotations("web")[attemptKey]; ok || e.Image("web", "app") != tag+"@"+old || e.dsImage("agent") != tag+"@"+old {
-				t.Fatalf("precondition: the group is not converged on %s (attempt %q): web %s, agent %s", old, v, e.Image("web", "app"), e.dsImage("agent"))
+			if v, ok := e.Annotations("web")[attemptKey]; ok || e.Image("web", "app") != tag+"@"+old || e.DaemonSetImage("agent") != tag+"@"+old {
+				t.Fatalf("precondition: the group is not converged on %s (attempt %q): web %s, agent %s", old, v, e.Image("web", "app"), e.DaemonSetImage("agent"))
 			}
 			next := e.Push("api", "prod")
 			oldRef, newRef := tag+"@"+old, tag+"@"+next
@@ -530,7 +525,7 @@ func TestKill_R10_R11_SIGKILLAtEachStepOfATickConvergesWithoutAnExtraRollout(t *
 			for _, w := range []struct {
 				name, got string
 				isNew     bool
-			}{{"web", e.Image("web", "app"), st.webNew}, {"agent", e.dsImage("agent"), st.agentNew}} {
+			}{{"web", e.Image("web", "app"), st.webNew}, {"agent", e.DaemonSetImage("agent"), st.agentNew}} {
 				want := oldRef
 				if w.isNew {
 					want = newRef
@@ -552,7 +547,7 @@ func TestKill_R10_R11_SIGKILLAtEachStepOfATickConvergesWithoutAnExtraRollout(t *
 				a := e.Annotations("web")
 				_, attempt := a[attemptKey]
 				_, skip := a[e.Key("refresh-skip-streak")]
-				return a[recordKey] == next && !attempt && !skip && e.Image("web", "app") == newRef && e.dsImage("agent") == newRef
+				return a[recordKey] == next && !attempt && !skip && e.Image("web", "app") == newRef && e.DaemonSetImage("agent") == newRef
 			}
 			var allLogs []string
 			var patched []string
@@ -601,7 +596,7 @@ func TestKill_R10_R11_SIGKILLAtEachStepOfATickConvergesWithoutAnExtraRollout(t *
 			took := time.Since(killed)
 			if !converged() {
 				t.Fatalf("not converged after %d restart ticks: record %q, attempt %q, web %s, agent %s", ticks,
-					e.Annotations("web")[recordKey], e.Annotations("web")[attemptKey], e.Image("web", "app"), e.dsImage("agent"))
+					e.Annotations("web")[recordKey], e.Annotations("web")[attemptKey], e.Image("web", "app"), e.DaemonSetImage("agent"))
 			}
 			logs := strings.Join(allLogs, "\n")
 			a = e.Annotations("web")

@@ -12,22 +12,6 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
-const c6Gate = "lb.acme.example/target-healthy"
-
-// gated creates Deployment name on tag whose new pods become available
-// only while the gate owner it returns says they are healthy (and 4 s
-// after that), and waits until it settled. The owner runs from the start,
-// as a load balancer controller does: a pod whose gate nobody sets is
-// never Ready.
-func (e *env) gated(name, tag string, replicas int32) *e2e.GateOwner {
-	e.T.Helper()
-	testenv.Deployment(e.T, e.C.Client, e.NS, name, testenv.WithContainer("web", tag), testenv.WithReplicas(replicas),
-		testenv.WithReadinessGate(c6Gate), testenv.WithMinReadySeconds(4))
-	lb := e.StartGateOwner(name, c6Gate)
-	e.Settle("Deployment", name)
-	return lb
-}
-
 // C6: a revert of a workload that was settled on its pin is re-pinned in
 // the same pass, without waiting for the rollout the revert started. Here
 // that rollout can never finish (its pods on the bare tag never become
@@ -38,7 +22,7 @@ func TestRun_C6_ARevertOfASettledPinIsRepinnedWithoutWaitingForItsRollout(t *tes
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	lb := e.gated("web", tag, 2)
+	lb := e.Gated("web", tag, 2)
 	cfg := e.Config("groups:\n" + e2e.OneGroup("c6-revert", "web", "web", "web"))
 	e.PinAll(cfg)
 	pinned := tag + "@" + first
@@ -79,7 +63,7 @@ func TestRun_C6_AGroupStuckRollingNeverDelaysAnotherGroup(t *testing.T) {
 	first := e.Push("web", "prod")
 	apiDigest := e.Push("api", "prod")
 	webTag, apiTag := e.Repo("web")+":prod", e.Repo("api")+":prod"
-	lb := e.gated("stuck", webTag, 1)
+	lb := e.Gated("stuck", webTag, 1)
 	testenv.Deployment(t, e.C.Client, e.NS, "other", testenv.WithContainer("api", apiTag), testenv.WithReplicas(1))
 	e.Settle("Deployment", "other")
 	cfg := e.Config("groups:\n" + e2e.OneGroup("c6-stuck", "web", "stuck", "web") + e2e.OneGroup("c6-other", "api", "other", "api"))

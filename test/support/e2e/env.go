@@ -219,6 +219,12 @@ func (e *Env) DaemonSet(name string) *appsv1.DaemonSet {
 	return d
 }
 
+// DaemonSetImage returns the live image of a DaemonSet's first container.
+func (e *Env) DaemonSetImage(name string) string {
+	e.T.Helper()
+	return e.DaemonSet(name).Spec.Template.Spec.Containers[0].Image
+}
+
 // Image returns the live image of container in a Deployment.
 func (e *Env) Image(deploy, container string) string {
 	e.T.Helper()

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 // OwnerKey is an annotation of the operator's own on an anchor: it must
@@ -18,6 +20,24 @@ const OwnerKey = "acme.example/owner"
 
 // CfWebGroup is a group of one Deployment "web" that is its own anchor.
 var CfWebGroup = "groups:\n" + OneGroup("web", "web", "web", "web")
+
+// LBGate is the readiness gate of Gated's Deployments, as a load
+// balancer controller sets one.
+const LBGate = "lb.acme.example/target-healthy"
+
+// Gated creates Deployment name on tag whose new pods become available
+// only while the gate owner it returns says they are healthy (and 4 s
+// after that), and waits until it settled. The owner runs from the start,
+// as a load balancer controller does: a pod whose gate nobody sets is
+// never Ready.
+func (e *Env) Gated(name, tag string, replicas int32) *GateOwner {
+	e.T.Helper()
+	testenv.Deployment(e.T, e.C.Client, e.NS, name, testenv.WithContainer("web", tag), testenv.WithReplicas(replicas),
+		testenv.WithReadinessGate(LBGate), testenv.WithMinReadySeconds(4))
+	lb := e.StartGateOwner(name, LBGate)
+	e.Settle("Deployment", name)
+	return lb
+}
 
 // StateOf returns the annotations of a Deployment that image-refresh keeps
 // (prefix P) and the operator's own ownerKey.

@@ -1,4 +1,4 @@
-package run
+package policy
 
 import (
 	"context"
@@ -522,7 +522,7 @@ func TestRun_R24_D1_ARestartedLeaderCountsTheRolloutsInFlightOfDiscoveredGroups(
 	apiTag, agentTag := e.Repo("api")+":prod", e.Repo("agent")+":prod"
 	testenv.Deployment(t, e.C.Client, e.NS, "conf", testenv.WithContainer("app", apiTag))
 	e.Settle("Deployment", "conf")
-	lb := e.gated("disc", agentTag, 1)
+	lb := e.Gated("disc", agentTag, 1)
 	e.Enable("Deployment", "disc")
 	cfg := e.Config("maxConcurrentRollouts: 1\ngroups:\n" + e2e.OneGroup("conf", "api", "conf", "app"))
 	for range 2 { // first observation, then the pins
@@ -585,7 +585,7 @@ func TestRun_R24_StatusSaysQueuedForAGroupWaitingForARolloutSlot(t *testing.T) {
 	gates := map[string]*e2e.GateOwner{}
 	groups := "groups:\n"
 	for _, n := range names {
-		gates[n] = e.gated(n, tag, 1)
+		gates[n] = e.Gated(n, tag, 1)
 		groups += e2e.OneGroup("g-"+n, "api", n, "web")
 	}
 	cfg := e.Config("maxConcurrentRollouts: 1\n" + groups)

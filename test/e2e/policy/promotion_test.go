@@ -1,4 +1,4 @@
-package run
+package policy
 
 import (
 	"strings"
@@ -28,8 +28,8 @@ func TestTick_P1_AGoodBuildReachesTheFollowerAfterTheSoakAndACrashingOneNever(t 
 	e.Clock = e2e.NewClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	staging := e.gated("staging", tag, 1)
-	e.gated("prod", tag, 1)
+	staging := e.Gated("staging", tag, 1)
+	e.Gated("prod", tag, 1)
 	cfg := promotionConfig(e, "30m")
 	e.PinAll(cfg)
 	for _, d := range []string{"staging", "prod"} {
@@ -103,8 +103,8 @@ func TestRun_P1_TheFollowerMovesWhenTheSoakEnds(t *testing.T) {
 	e.Clock = e2e.NewClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	e.gated("staging", tag, 1)
-	e.gated("prod", tag, 1)
+	e.Gated("staging", tag, 1)
+	e.Gated("prod", tag, 1)
 	cfg := promotionConfig(e, "2s")
 	e.PinAll(cfg)
 	good := e.Push("web", "prod")

@@ -1,4 +1,4 @@
-package run
+package policy
 
 import (
 	"strings"
@@ -23,7 +23,7 @@ func TestTick_V2_ADigestWhosePodsNeverBecomeReadyIsRolledBackAndQuarantined(t *t
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	lb := e.gated("web", tag, 2)
+	lb := e.Gated("web", tag, 2)
 	// The tick waits rolloutTimeout for the bad rollout: a short one for
 	// that tick (it is meant to fail), a long one for every other.
 	cfg, short := rollbackConfig(e, "v2-tick", "2m"), rollbackConfig(e, "v2-tick", "3s")
@@ -86,7 +86,7 @@ func TestTick_V2_R14_ACrashingContainerEndsTheWaitAtOnceAndIsRolledBackForIt(t *
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	lb := e.gated("web", tag, 2)
+	lb := e.Gated("web", tag, 2)
 	cfg := rollbackConfig(e, "v2-crash", "3m")
 	e.PinAll(cfg)
 
@@ -128,7 +128,7 @@ func TestRun_V2_AFailedRolloutIsRolledBackFromWatchEvents(t *testing.T) {
 	e := newEnv(t)
 	first := e.Push("web", "prod")
 	tag := e.Repo("web") + ":prod"
-	lb := e.gated("web", tag, 2)
+	lb := e.Gated("web", tag, 2)
 	// The attempt's deadline is counted on the injected clock: the test
 	// moves it past rolloutTimeout once the bad digest is rolling.
 	e.Clock = e2e.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
