@@ -70,6 +70,7 @@ func TestTick_R1_BadRegistryAnswerIsNeverPinned(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each case has its own namespace and registry; a tick keeps no process-wide state
 			e := newEnv(t)
 			old, cfg := e.Pinned()
 			oldRef := e.Repo("api") + ":prod@" + old
