@@ -19,19 +19,10 @@ import (
 // one Deployment "web" whose template renders repo:tag. The group's anchor
 // ("state") lives outside the chart, as in the render tests.
 
-const hbGroup = `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: state}
-    images:
-      - name: web
-        repository: {{reg}}/acme/web
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: state, container: app}
-`
+var hbGroup = "groups:\n" + e2e.OneGroup("web", "web", "state", "app")
 
 // hbWebTarget adds the release's Deployment to the group.
-const hbWebTarget = "          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}\n"
+var hbWebTarget = e2e.Target("Deployment", "web", "web")
 
 // hbChart writes a chart with one Deployment "web" running image (repo:tag)
 // and carrying the webhook's objectSelector label, so that helm's own

@@ -33,7 +33,7 @@ import (
 
 // renderConfig is seedShape with a short apiTimeout, so that the
 // unreachable-cluster cases finish quickly.
-const renderConfig = "apiTimeout: 2s\n" + e2e.SeedShape
+var renderConfig = "apiTimeout: 2s\n" + e2e.SeedShape
 
 // pinnedSeedManifests is SeedManifests with exactly the two targets'
 // image scalars pinned to digest.
@@ -667,16 +667,7 @@ func testRenderB2(t *testing.T, e *env, h *helmCLI) {
 	// record: one tick observes the registry and records the digest (R5).
 	testenv.Deployment(t, e.C.Client, e.NS, "state", testenv.WithContainer("app", tag), testenv.WithReplicas(1))
 	e.Settle("Deployment", "state")
-	group := `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: state}
-    images:
-      - name: web
-        repository: {{reg}}/acme/web
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: state, container: app}
-`
+	group := "groups:\n" + e2e.OneGroup("web", "web", "state", "app")
 	tickCfg := e.Config(group)
 	cfg := e.Config(group + "          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}\n")
 	if code, _ := e.Tick(tickCfg); code != 0 {

@@ -592,16 +592,7 @@ func TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKee
 	// Both labels go; a config now names "claimed" as its group's anchor.
 	e.Label("Deployment", "api", map[string]*string{e.Key("enabled"): nil})
 	e.Label("Deployment", "claimed", map[string]*string{e.Key("enabled"): nil})
-	cfg = e.Config(`groups:
-  - name: explicit
-    anchor: {kind: Deployment, namespace: {{ns}}, name: claimed}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: claimed, container: api}
-`)
+	cfg = e.Config("groups:\n" + e2e.OneGroup("explicit", "api", "claimed", "api"))
 	code, logs := e.DiscoveryTick(cfg)
 	if code != 0 {
 		t.Fatalf("tick after the labels went: exit %d, want 0", code)
