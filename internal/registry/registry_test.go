@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
@@ -481,4 +482,24 @@ func TestPlatforms_N1_AnIndexListsItsPlatformManifestsAnImageNone(t *testing.T) 
 	wantKind(t, err, KindNotFound)
 	_, err = r.Platforms(ctx, s.Host()+"/acme/multi", "not-a-digest", nil)
 	wantKind(t, err, KindInvalidDigest)
+}
+
+// passwordOf returns a func that resolves repo with kc and returns the
+// password of its authorization, failing t unless the username is user.
+func passwordOf(t *testing.T, kc authn.Keychain, repo name.Repository, user string) func() string {
+	return func() string {
+		t.Helper()
+		auth, err := kc.Resolve(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := auth.Authorization()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Username != user {
+			t.Fatalf("username %q, want %s", cfg.Username, user)
+		}
+		return cfg.Password
+	}
 }
