@@ -384,12 +384,7 @@ func TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig(t *testing
 // configured target's does (B2 for a discovered group), its tag kept; an
 // unlabelled workload's is written as read.
 func TestRender_D1_ALabelledWorkloadIsRenderedPinned(t *testing.T) {
-	e := &env{e2e.DiscoveryEnv(t)}
-	digest := e.Push("api", "prod")
-	tag := e.Repo("api") + ":prod"
-	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
-	e.Settle("Deployment", "api")
-	e.Enable("Deployment", "api")
+	e, digest, tag := labelledAPI(t)
 	cfg := e.settings()
 	e.DiscoveryTick(cfg) // records
 	manifest := func(name string) string {
@@ -424,12 +419,8 @@ spec:
 // TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission: the
 // webhook pins the targets discovery found, as it pins configured ones.
 func TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission(t *testing.T) {
-	e := &env{e2e.DiscoveryEnv(t)}
-	digest := e.Push("api", "prod")
-	tag, pinned := e.Repo("api")+":prod", e.Repo("api")+":prod@"+digest
-	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
-	e.Settle("Deployment", "api")
-	e.Enable("Deployment", "api")
+	e, digest, tag := labelledAPI(t)
+	pinned := tag + "@" + digest
 	cfg := e.settings()
 	e.DiscoveryTick(cfg)
 	e.DiscoveryTick(cfg)
@@ -624,12 +615,8 @@ func TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKee
 // a re-render of a labelled workload is stored pinned whichever replica the
 // API server asks.
 func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testing.T) {
-	e := &env{e2e.DiscoveryEnv(t)}
-	digest := e.Push("api", "prod")
-	tag, pinned := e.Repo("api")+":prod", e.Repo("api")+":prod@"+digest
-	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
-	e.Settle("Deployment", "api")
-	e.Enable("Deployment", "api")
+	e, digest, tag := labelledAPI(t)
+	pinned := tag + "@" + digest
 	cfg := e.settings()
 	e.DiscoveryTick(cfg)
 	e.DiscoveryTick(cfg)
@@ -711,4 +698,17 @@ func TestRun_C2_D1_AnImageNoGroupUsesAnyMoreIsNoLongerPolled(t *testing.T) {
 	if after := asks("api"); after != before {
 		t.Errorf("api was asked %d more times after its only group was let go, while web was polled twice; want none", after-before)
 	}
+}
+
+// labelledAPI is a discovery env with Deployment api on acme/api:prod,
+// settled and labelled for discovery; it returns the env, the digest of
+// acme/api:prod and the tag.
+func labelledAPI(t *testing.T) (e *env, digest, tag string) {
+	e = &env{e2e.DiscoveryEnv(t)}
+	digest = e.Push("api", "prod")
+	tag = e.Repo("api") + ":prod"
+	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
+	e.Settle("Deployment", "api")
+	e.Enable("Deployment", "api")
+	return e, digest, tag
 }
