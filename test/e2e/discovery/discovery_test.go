@@ -419,15 +419,7 @@ spec:
 // TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission: the
 // webhook pins the targets discovery found, as it pins configured ones.
 func TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission(t *testing.T) {
-	e, digest, tag := labelledAPI(t)
-	pinned := tag + "@" + digest
-	cfg := e.settings()
-	e.DiscoveryTick(cfg)
-	e.DiscoveryTick(cfg)
-	if got := e.Image("api", "api"); got != pinned {
-		t.Fatalf("setup: api runs %s, want %s", got, pinned)
-	}
-	e.WhLabel("api") // the test's MutatingWebhookConfiguration selects this label
+	e, tag, pinned, cfg := webhookedAPI(t)
 	// whStartProbed waits until a dry-run re-render of api comes back
 	// pinned: before discovery's first pass the webhook knows no group.
 	e.WhStartProbed(cfg, "api", map[string]string{"api": tag}, "--poll-interval", "1h", "--watch-namespaces", e.NS)
@@ -615,15 +607,7 @@ func TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKee
 // a re-render of a labelled workload is stored pinned whichever replica the
 // API server asks.
 func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testing.T) {
-	e, digest, tag := labelledAPI(t)
-	pinned := tag + "@" + digest
-	cfg := e.settings()
-	e.DiscoveryTick(cfg)
-	e.DiscoveryTick(cfg)
-	if got := e.Image("api", "api"); got != pinned {
-		t.Fatalf("setup: api runs %s, want %s", got, pinned)
-	}
-	e.WhLabel("api")
+	e, tag, pinned, cfg := webhookedAPI(t)
 
 	elect := []string{"--poll-interval", "1h", "--watch-namespaces", e.NS,
 		"--leader-elect", "--leader-election-namespace", e.NS, "--leader-election-lease-duration", "3s"}
@@ -711,4 +695,22 @@ func labelledAPI(t *testing.T) (e *env, digest, tag string) {
 	e.Settle("Deployment", "api")
 	e.Enable("Deployment", "api")
 	return e, digest, tag
+}
+
+// webhookedAPI is labelledAPI pinned by two discovery ticks (the setup
+// fails unless api runs the pinned reference) and labelled for the test's
+// MutatingWebhookConfiguration; it returns the env, the tag, the pinned
+// reference and the settings' config.
+func webhookedAPI(t *testing.T) (e *env, tag, pinned, cfg string) {
+	t.Helper()
+	e, digest, tag := labelledAPI(t)
+	pinned = tag + "@" + digest
+	cfg = e.settings()
+	e.DiscoveryTick(cfg)
+	e.DiscoveryTick(cfg)
+	if got := e.Image("api", "api"); got != pinned {
+		t.Fatalf("setup: api runs %s, want %s", got, pinned)
+	}
+	e.WhLabel("api")
+	return e, tag, pinned, cfg
 }
