@@ -503,3 +503,29 @@ func passwordOf(t *testing.T, kc authn.Keychain, repo name.Repository, user stri
 		return cfg.Password
 	}
 }
+
+// faultCase is a registry fault and the ErrorKind a request made under it
+// fails with; kc says whether the request carries credentials.
+type faultCase struct {
+	name  string
+	fault testregistry.Fault
+	kc    bool
+	want  ErrorKind
+}
+
+// The faults a request by digest is checked under.
+var (
+	noCredentials = faultCase{name: "401 (no credentials)", want: KindUnauthorized}
+	status500     = faultCase{name: "500", fault: testregistry.Fault{Status: http.StatusInternalServerError}, kc: true, want: KindServerError}
+	status503     = faultCase{name: "503", fault: testregistry.Fault{Status: http.StatusServiceUnavailable}, kc: true, want: KindServerError}
+	status429     = faultCase{name: "429", fault: testregistry.Fault{Status: http.StatusTooManyRequests}, kc: true, want: KindRateLimited}
+	hang          = faultCase{name: "a timeout", fault: testregistry.Fault{Hang: true}, kc: true, want: KindTimeout}
+)
+
+// keys is kc when the case carries credentials, else none.
+func (c faultCase) keys(kc authn.Keychain) authn.Keychain {
+	if !c.kc {
+		return nil
+	}
+	return kc
+}
