@@ -49,16 +49,9 @@ exit_if_built() {
   echo "$bin"
   exit 0
 }
-exit_if_built
-
-# One build at a time: whoever waited finds the stamp written and exits.
-mkdir -p "$cache"
-exec 9>"$cache/.lock-argo-rollouts"
-if command -v flock >/dev/null && ! flock -n 9; then
-  log "another build-argo-rollouts.sh is building into $cache; waiting for it"
-  flock 9
-  exit_if_built
-fi
+# shellcheck source=hack/lib/build-once.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/build-once.sh"
+build_once .lock-argo-rollouts
 
 start=$SECONDS
 log "downloading ${module}@${ARGO_ROLLOUTS_VERSION}"

@@ -48,17 +48,9 @@ exit_if_built() {
   echo "$cache"
   exit 0
 }
-exit_if_built
-
-# One build at a time (tests and `make demo` may start this concurrently):
-# whoever waited finds the stamp written and exits.
-mkdir -p "$cache"
-exec 9>"$cache/.lock"
-if command -v flock >/dev/null && ! flock -n 9; then
-  log "another build-cluster.sh is building into $cache; waiting for it"
-  flock 9
-  exit_if_built
-fi
+# shellcheck source=hack/lib/build-once.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/build-once.sh"
+build_once .lock
 
 total_start=$SECONDS
 build_cluster() {

@@ -38,16 +38,9 @@ exit_if_built() {
   echo "$bin"
   exit 0
 }
-exit_if_built
-
-# One build at a time: whoever waited finds the stamp written and exits.
-mkdir -p "$cache"
-exec 9>"$cache/.lock-cosign"
-if command -v flock >/dev/null && ! flock -n 9; then
-  log "another build-cosign.sh is building into $cache; waiting for it"
-  flock 9
-  exit_if_built
-fi
+# shellcheck source=hack/lib/build-once.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/build-once.sh"
+build_once .lock-cosign
 
 start=$SECONDS
 gobin=$(mktemp -d "${TMPDIR:-/tmp}/cosign-bin.XXXXXX")

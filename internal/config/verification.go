@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -362,47 +363,49 @@ func (c *Config) loadKeys(lines map[string]int) []error {
 	var errs []error
 	for i := range c.Verification {
 		p := &c.Verification[i]
+		fail := func(field, msg string) {
+			named, plain := policyPath(i, p.Name, field)
+			errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
+		}
 		if p.Notation != nil {
-			p.Notation.Certs = nil
-			for k, f := range p.Notation.Certificates {
-				if f == "" {
-					continue // reported by validation
-				}
-				certs, msg := readCertificates(f)
-				if msg != "" {
-					named, plain := policyPath(i, p.Name, fmt.Sprintf("notation.certificates[%d]", k))
-					errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
-					continue
-				}
-				p.Notation.Certs = append(p.Notation.Certs, certs...)
-			}
+			p.Notation.Certs = slices.Concat(readEach(p.Notation.Certificates, "notation.certificates", readCertificates, fail)...)
 		}
 		if p.Cosign == nil {
 			continue
 		}
-		p.Cosign.Keys, p.Cosign.TrustedRootJSON = nil, nil
+		p.Cosign.TrustedRootJSON = nil
 		if f := p.Cosign.TrustedRoot; f != "" {
 			data, msg := readTrustedRoot(f)
 			if msg != "" {
-				named, plain := policyPath(i, p.Name, "cosign.trustedRoot")
-				errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
+				fail("cosign.trustedRoot", msg)
 			}
 			p.Cosign.TrustedRootJSON = data
 		}
-		for k, f := range p.Cosign.PublicKeys {
-			if f == "" {
-				continue // reported by validation
-			}
+		p.Cosign.Keys = readEach(p.Cosign.PublicKeys, "cosign.publicKeys", func(f string) (PublicKey, string) {
 			der, msg := readPublicKey(f)
-			if msg != "" {
-				named, plain := policyPath(i, p.Name, fmt.Sprintf("cosign.publicKeys[%d]", k))
-				errs = append(errs, &FieldError{Path: named, Line: lineOf(lines, plain), Msg: msg})
-				continue
-			}
-			p.Cosign.Keys = append(p.Cosign.Keys, PublicKey{File: f, DER: der})
-		}
+			return PublicKey{File: f, DER: der}, msg
+		}, fail)
 	}
 	return errs
+}
+
+// readEach reads every file of files named (an empty one is reported by
+// validation) and returns what was read; a file that fails is reported
+// with fail at its field, field[k], and left out.
+func readEach[T any](files []string, field string, read func(file string) (T, string), fail func(field, msg string)) []T {
+	var out []T
+	for k, f := range files {
+		if f == "" {
+			continue
+		}
+		v, msg := read(f)
+		if msg != "" {
+			fail(fmt.Sprintf("%s[%d]", field, k), msg)
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // readCertificates reads the PEM CERTIFICATE blocks of a trust store file:

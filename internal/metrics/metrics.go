@@ -86,64 +86,40 @@ func NewOn(reg prometheus.Registerer, g prometheus.Gatherer) *Metrics {
 			"1 when the target container runs the recorded digest, else 0."),
 		PodsOffDigest: NewTargetGauge("image_refresh_pods_off_digest",
 			"Pods of the target's current template whose runtime reports another digest than the target should run."),
-		GroupLockedOut: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "image_refresh_group_locked_out",
-			Help: "1 while the group's refresh is locked out; re-arm with `image-refresh rearm`.",
-		}, []string{"group"}),
-		NeedsAttention: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "image_refresh_group_needs_attention",
-			Help: "1 while the group has a non-benign finding with this event reason.",
-		}, []string{"group", "reason"}),
-		Repins: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "image_refresh_repins_total",
-			Help: "Targets re-pinned, by cause (revert, digest-change, first-install).",
-		}, []string{"group", "image", "cause"}),
-		RegistryRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "image_refresh_registry_requests_total",
-			Help: "Registry manifest requests by registry host and HTTP status (0: no answer).",
-		}, []string{"registry", "code"}),
-		ReconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "image_refresh_reconcile_errors_total",
-			Help: "Ticks of a group that ended with a finding needing a human.",
-		}, []string{"group"}),
-		LastTick: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "image_refresh_last_tick_timestamp_seconds",
-			Help: "Unix time of the group's last completed tick.",
-		}, []string{"group"}),
-		Passes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "image_refresh_passes_total",
-			Help: "Completed passes over the group: one per tick; in run, one per reconcile (watch event, poll change, resync).",
-		}, []string{"group"}),
+		GroupLockedOut: gaugeVec("image_refresh_group_locked_out",
+			"1 while the group's refresh is locked out; re-arm with `image-refresh rearm`.", "group"),
+		NeedsAttention: gaugeVec("image_refresh_group_needs_attention",
+			"1 while the group has a non-benign finding with this event reason.", "group", "reason"),
+		Repins: counterVec("image_refresh_repins_total",
+			"Targets re-pinned, by cause (revert, digest-change, first-install).", "group", "image", "cause"),
+		RegistryRequests: counterVec("image_refresh_registry_requests_total",
+			"Registry manifest requests by registry host and HTTP status (0: no answer).", "registry", "code"),
+		ReconcileErrors: counterVec("image_refresh_reconcile_errors_total",
+			"Ticks of a group that ended with a finding needing a human.", "group"),
+		LastTick: gaugeVec("image_refresh_last_tick_timestamp_seconds",
+			"Unix time of the group's last completed tick.", "group"),
+		Passes: counterVec("image_refresh_passes_total",
+			"Completed passes over the group: one per tick; in run, one per reconcile (watch event, poll change, resync).", "group"),
 	}
 	m.RevertRepin = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "image_refresh_revert_repin_seconds",
 		Help:    "Seconds from observing the write that took a target off its digest to the re-pin write.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})
-	m.Fights = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "image_refresh_rewrite_fights_total",
-		Help: "Targets left alone because another writer rewrote them right after each re-pin.",
-	}, []string{"group", "image", "writer"})
-	m.RearmedByNewDigest = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "image_refresh_rearmed_by_new_digest_total",
-		Help: "Lockouts re-armed by themselves because the registry published a digest they did not lock on.",
-	}, []string{"group"})
-	m.AdmissionPins = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "image_refresh_admission_pins_total",
-		Help: "Container images the admission webhook pinned to the recorded digest: reverts prevented before they were stored.",
-	}, []string{"group", "image"})
+	m.Fights = counterVec("image_refresh_rewrite_fights_total",
+		"Targets left alone because another writer rewrote them right after each re-pin.", "group", "image", "writer")
+	m.RearmedByNewDigest = counterVec("image_refresh_rearmed_by_new_digest_total",
+		"Lockouts re-armed by themselves because the registry published a digest they did not lock on.", "group")
+	m.AdmissionPins = counterVec("image_refresh_admission_pins_total",
+		"Container images the admission webhook pinned to the recorded digest: reverts prevented before they were stored.", "group", "image")
 	m.AdmissionErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "image_refresh_admission_errors_total",
 		Help: "Admission requests the webhook allowed unchanged because of an internal error (it fails open); fix A re-pins what they missed.",
 	})
-	m.Verifications = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "image_refresh_verifications_total",
-		Help: "Signature lookups of a new digest against its repository's verification policy, by result: verified, unverified, error.",
-	}, []string{"policy", "result"})
-	m.PromotionPublishes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "image_refresh_promotion_publishes_total",
-		Help: "Promotion attestations this installation tried to publish for a digest its group soaked (P2), by result: published, failed (each try; a failed one is tried again).",
-	}, []string{"group", "image", "result"})
+	m.Verifications = counterVec("image_refresh_verifications_total",
+		"Signature lookups of a new digest against its repository's verification policy, by result: verified, unverified, error.", "policy", "result")
+	m.PromotionPublishes = counterVec("image_refresh_promotion_publishes_total",
+		"Promotion attestations this installation tried to publish for a digest its group soaked (P2), by result: published, failed (each try; a failed one is tried again).", "group", "image", "result")
 	m.PromotionPublishes = Register(reg, m.PromotionPublishes)
 	m.TargetOnDigest = Register(reg, m.TargetOnDigest)
 	m.PodsOffDigest = Register(reg, m.PodsOffDigest)
@@ -189,4 +165,14 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 		panic(err)
 	}
 	return c
+}
+
+// gaugeVec is a GaugeVec of name, help and the labels.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// counterVec is a CounterVec of name, help and the labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }

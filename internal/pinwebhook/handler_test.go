@@ -194,19 +194,7 @@ func TestHandle_B1(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h, m := newTestHandler(c.anchors, nil, true)
 			resp := h.Handle(context.Background(), c.req.admission())
-			if !resp.Allowed {
-				t.Fatalf("denied: %+v", resp.Result)
-			}
-			var got []string
-			for _, p := range resp.Patches {
-				got = append(got, p.Path+"="+p.Value.(string))
-			}
-			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
-				t.Errorf("patches %q, want %q", got, c.want)
-			}
-			if n := count(m.AdmissionPins.WithLabelValues("cp", "api")); n != float64(len(c.want)) {
-				t.Errorf("image_refresh_admission_pins_total = %v, want %d", n, len(c.want))
-			}
+			wantPins(t, m, resp, c.want)
 			if n := count(m.AdmissionErrors); n != 0 {
 				t.Errorf("image_refresh_admission_errors_total = %v, want 0", n)
 			}
@@ -267,19 +255,7 @@ func TestHandle_K1_B1_InitContainersAndImageVolumesArePinned(t *testing.T) {
 				Object: runtime.RawExtension{Raw: c.obj}, OldObject: runtime.RawExtension{Raw: c.old},
 			}}
 			resp := h.Handle(context.Background(), req)
-			if !resp.Allowed {
-				t.Fatalf("denied: %+v", resp.Result)
-			}
-			var got []string
-			for _, p := range resp.Patches {
-				got = append(got, p.Path+"="+p.Value.(string))
-			}
-			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
-				t.Errorf("patches %q, want %q", got, c.want)
-			}
-			if n := count(m.AdmissionPins.WithLabelValues("cp", "api")); n != float64(len(c.want)) {
-				t.Errorf("image_refresh_admission_pins_total = %v, want %d", n, len(c.want))
-			}
+			wantPins(t, m, resp, c.want)
 		})
 	}
 }
@@ -330,6 +306,26 @@ func TestHandle_B1_FailsOpen(t *testing.T) {
 				t.Errorf("image_refresh_admission_errors_total = %v, want %v", n, c.wantErrs)
 			}
 		})
+	}
+}
+
+// wantPins fails t unless resp allows the request with exactly the
+// patches want ("path=value"), each counted by
+// image_refresh_admission_pins_total of group cp, image api.
+func wantPins(t *testing.T, m *metrics.Metrics, resp admission.Response, want []string) {
+	t.Helper()
+	if !resp.Allowed {
+		t.Fatalf("denied: %+v", resp.Result)
+	}
+	var got []string
+	for _, p := range resp.Patches {
+		got = append(got, p.Path+"="+p.Value.(string))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("patches %q, want %q", got, want)
+	}
+	if n := count(m.AdmissionPins.WithLabelValues("cp", "api")); n != float64(len(want)) {
+		t.Errorf("image_refresh_admission_pins_total = %v, want %d", n, len(want))
 	}
 }
 

@@ -261,13 +261,8 @@ func TestDecide_R3_MirrorNeedsProofOfTheDigest(t *testing.T) {
 		"a mirror proven to hold the digest is pinned on the mirror's repository": {
 			obs: onMirror(mirrorProof(webAPI, true, nil)),
 			want: want{
-				rows: []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api mirror.local:5000/acme/api:prod -> mirror.local:5000/acme/api@<B> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				rows:  []string{"api web/api: drifted"},
+				repin: firstRepin([]string{"web"}, "web: api mirror.local:5000/acme/api:prod -> mirror.local:5000/acme/api@<B> (revert, helm)"),
 			},
 		},
 		"a mirror prefix rewrite that keeps the digest is no revert and needs no proof": {
@@ -277,13 +272,8 @@ func TestDecide_R3_MirrorNeedsProofOfTheDigest(t *testing.T) {
 		"the short Docker Hub spelling of the configured repository needs no proof": {
 			obs: onMirror(withLive(webAPI, "acme/api:prod")),
 			want: want{
-				rows: []string{"api web/api: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api acme/api:prod -> acme/api@<B> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				rows:  []string{"api web/api: drifted"},
+				repin: firstRepin([]string{"web"}, "web: api acme/api:prod -> acme/api@<B> (revert, helm)"),
 			},
 		},
 	})
@@ -487,16 +477,10 @@ func TestDecide_R6_DigestChangeReimagesEveryTarget(t *testing.T) {
 			obs: moved(withLive(webAPI, pinned(dA)), withLive(agentMon, pinned(dA))),
 			want: want{
 				rows: []string{"api web/api: drifted", "api agent/monitor: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{
-						"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
-						"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
-					},
-					wait:   []string{"web", "agent"},
-					clear:  kv{k.Attempt(): deleted},
-					record: kv{k.Record("api"): "<B>"},
-				},
+				repin: firstRepin([]string{"web", "agent"},
+					"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
+					"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
+				).recording("api", "<B>"),
 			},
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "row message", p.Rows[0].Message, "moved")
@@ -505,30 +489,18 @@ func TestDecide_R6_DigestChangeReimagesEveryTarget(t *testing.T) {
 		"a target already on the new digest gets no change (R9)": {
 			obs: moved(withLive(webAPI, pinned(dB)), withLive(agentMon, pinned(dA))),
 			want: want{
-				rows: []string{"api web/api: pinned", "api agent/monitor: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-					wait:    []string{"web", "agent"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("api"): "<B>"},
-				},
+				rows:  []string{"api web/api: pinned", "api agent/monitor: drifted"},
+				repin: firstRepin([]string{"web", "agent"}, "agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)").recording("api", "<B>"),
 			},
 		},
 		"a target on the tag is re-imaged by a digest change too": {
 			obs: moved(withLive(webAPI, onTag), withLive(agentMon, pinned(dA))),
 			want: want{
 				rows: []string{"api web/api: drifted", "api agent/monitor: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{
-						"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (digest-change, helm)",
-						"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
-					},
-					wait:   []string{"web", "agent"},
-					clear:  kv{k.Attempt(): deleted},
-					record: kv{k.Record("api"): "<B>"},
-				},
+				repin: firstRepin([]string{"web", "agent"},
+					"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (digest-change, helm)",
+					"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
+				).recording("api", "<B>"),
 			},
 		},
 	})
@@ -541,13 +513,8 @@ func TestDecide_R7_RevertIsRepinned(t *testing.T) {
 	}
 	repinned := func(change string) want {
 		return want{
-			rows: []string{"api web/api: drifted"},
-			repin: &wantRepin{
-				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-				changes: []string{change},
-				wait:    []string{"web"},
-				clear:   kv{k.Attempt(): deleted},
-			},
+			rows:  []string{"api web/api: drifted"},
+			repin: firstRepin([]string{"web"}, change),
 		}
 	}
 	noop := want{rows: []string{"api web/api: pinned"}}
@@ -620,25 +587,15 @@ func TestDecide_R8_TargetsAreCheckedOneByOne(t *testing.T) {
 		"the first target on the digest and the second on the tag: only the second is re-pinned": {
 			obs: obs(pinned(dB), onTag),
 			want: want{
-				rows: []string{"api web/api: pinned", "api agent/monitor: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"agent: monitor docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)"},
-					wait:    []string{"web", "agent"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				rows:  []string{"api web/api: pinned", "api agent/monitor: drifted"},
+				repin: firstRepin([]string{"web", "agent"}, "agent: monitor docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)"),
 			},
 		},
 		"the first target on the tag and the second on the digest: only the first is re-pinned": {
 			obs: obs(onTag, pinned(dB)),
 			want: want{
-				rows: []string{"api web/api: drifted", "api agent/monitor: pinned"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)"},
-					wait:    []string{"web", "agent"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				rows:  []string{"api web/api: drifted", "api agent/monitor: pinned"},
+				repin: firstRepin([]string{"web", "agent"}, "web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)"),
 			},
 		},
 	})
@@ -660,15 +617,10 @@ func TestDecide_R9_OneWritePerWorkload(t *testing.T) {
 			obs: observe(oneImage, withAnchor(pinnedBefore("api", dB)), withLatest("api", dB), withLive(webAPI, onTag), withLive(webProxy, onTag)),
 			want: want{
 				rows: []string{"api web/api: drifted", "api web/proxy: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{
-						"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)",
-						"web: proxy docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)",
-					},
-					wait:  []string{"web"},
-					clear: kv{k.Attempt(): deleted},
-				},
+				repin: firstRepin([]string{"web"},
+					"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)",
+					"web: proxy docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)",
+				),
 			},
 			also: oneWrite,
 		},
@@ -677,15 +629,10 @@ func TestDecide_R9_OneWritePerWorkload(t *testing.T) {
 				withLatest("api", dB), withLatest("proxy", dA), withLive(webAPI, onTag), withLive(webProxy, proxyRepo+":prod")),
 			want: want{
 				rows: []string{"api web/api: drifted", "proxy web/proxy: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{
-						"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)",
-						"web: proxy docker.io/acme/proxy:prod -> docker.io/acme/proxy@<A> (revert, helm)",
-					},
-					wait:  []string{"web"},
-					clear: kv{k.Attempt(): deleted},
-				},
+				repin: firstRepin([]string{"web"},
+					"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)",
+					"web: proxy docker.io/acme/proxy:prod -> docker.io/acme/proxy@<A> (revert, helm)",
+				),
 			},
 			also: oneWrite,
 		},
@@ -972,13 +919,7 @@ func TestDecide_R13_BookkeepingAlwaysLands(t *testing.T) {
 				bookkeeping: kv{k.Record("api"): "<B>", k.StalePin("pin"): "<B>"},
 				findings:    []string{"api: INFO - benign", "pin: WARN StalePin needs-human"},
 				rows:        []string{"api web/api: first-observed", "pin web/proxy: stale-pin", "mon agent/monitor: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"agent: monitor docker.io/acme/monitor@<A> -> docker.io/acme/monitor@<B> (digest-change, helm)"},
-					wait:    []string{"web", "agent"},
-					clear:   kv{k.Attempt(): deleted},
-					record:  kv{k.Record("mon"): "<B>"},
-				},
+				repin:       firstRepin([]string{"web", "agent"}, "agent: monitor docker.io/acme/monitor@<A> -> docker.io/acme/monitor@<B> (digest-change, helm)").recording("mon", "<B>"),
 			},
 			also: noDigestRecord,
 		},
@@ -1034,12 +975,7 @@ func TestDecide_R19_MisconfigurationIsNotUnreadable(t *testing.T) {
 				bookkeeping: kv{reads: "1"},
 				findings:    []string{"api: ERROR RefreshError needs-human", "api: WARN - benign"},
 				rows:        []string{"api web/api: error", "proxy web/proxy: drifted"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: proxy docker.io/acme/proxy:prod -> docker.io/acme/proxy@<B> (revert, helm)"},
-					wait:    []string{"web"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:       firstRepin([]string{"web"}, "web: proxy docker.io/acme/proxy:prod -> docker.io/acme/proxy@<B> (revert, helm)"),
 			},
 		},
 	})

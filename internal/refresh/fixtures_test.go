@@ -450,22 +450,29 @@ func pinnedBefore(image, d string) map[string]string {
 // image written, the rollout waited for, the attempt cleared and to
 // recorded.
 func rollsWebAPI(from, to string) *wantRepin {
-	return &wantRepin{
-		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-		changes: []string{"web: api docker.io/acme/api@" + from + " -> docker.io/acme/api@" + to + " (digest-change, helm)"},
-		wait:    []string{"web"},
-		clear:   kv{k.Attempt(): deleted},
-		record:  kv{k.Record("api"): to},
-	}
+	return firstRepin([]string{"web"}, "web: api docker.io/acme/api@"+from+" -> docker.io/acme/api@"+to+" (digest-change, helm)").recording("api", to)
 }
 
 // repinsWebAPI is the re-pin of group web's one target web/api, reverted
 // to the tag, to digest to (R7): nothing is recorded.
 func repinsWebAPI(to string) *wantRepin {
+	return firstRepin([]string{"web"}, "web: api docker.io/acme/api:prod -> docker.io/acme/api@"+to+" (revert, helm)")
+}
+
+// firstRepin is a repin at its first attempt (R10): the attempt set to 1,
+// changes written, the workloads wait waited for, the attempt cleared.
+func firstRepin(wait []string, changes ...string) *wantRepin {
 	return &wantRepin{
 		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-		changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@" + to + " (revert, helm)"},
-		wait:    []string{"web"},
+		changes: changes,
+		wait:    wait,
 		clear:   kv{k.Attempt(): deleted},
 	}
+}
+
+// recording adds to r the record of image's digest d, written after the
+// rollout (R6).
+func (r *wantRepin) recording(image, d string) *wantRepin {
+	r.record = kv{k.Record(image): d}
+	return r
 }

@@ -96,12 +96,7 @@ func TestDecide_R21_FlappingTagIsHeldOnTheRecordedDigest(t *testing.T) {
 				rows:        []string{"api web/api: drifted", "api agent/monitor: tag-flapping"},
 				findings:    []string{"api: WARN TagFlapping needs-human"},
 				bookkeeping: kv{k.TagFlapping("api"): later(10)},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-					wait:    []string{"web", "agent"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:       firstRepin([]string{"web", "agent"}, "web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"),
 			},
 		},
 		"held, a target someone moved to the registry's answer is not rolled back": {
@@ -250,12 +245,7 @@ func TestDecide_R21_TheFlappingStateLastsItsWindow(t *testing.T) {
 			want: want{
 				rows:     []string{"api web/api: drifted", "api agent/monitor: tag-flapping"},
 				findings: []string{"api: WARN TagFlapping needs-human"},
-				repin: &wantRepin{
-					attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"},
-					wait:    []string{"web", "agent"},
-					clear:   kv{k.Attempt(): deleted},
-				},
+				repin:    firstRepin([]string{"web", "agent"}, "web: api docker.io/acme/api:prod -> docker.io/acme/api@<A> (revert, helm)"),
 			},
 		},
 	})

@@ -26,11 +26,8 @@ func TestDecide_O2_AGitOpsRevertAndFightNameTheToolItsApplicationAndItsSetting(t
 	}
 	run(t, map[string]decideCase{
 		"the revert's message and its change name Argo CD and the Application": {
-			obs: base(byGitOps(argo)),
-			want: want{rows: []string{"api web/api: drifted"}, repin: &wantRepin{
-				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, argocd-controller)"},
-				wait:    []string{"web"}, clear: kv{k.Attempt(): deleted}}},
+			obs:  base(byGitOps(argo)),
+			want: want{rows: []string{"api web/api: drifted"}, repin: firstRepin([]string{"web"}, "web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, argocd-controller)")},
 			also: func(t *testing.T, p *Plan) {
 				contains(t, "row message", p.Rows[0].Message, "Argo CD (Application shop), field manager argocd-controller")
 				contains(t, "WrittenBy", p.Repin.Changes[0].Images[0].WrittenBy(), "Argo CD (Application shop)")
@@ -40,11 +37,8 @@ func TestDecide_O2_AGitOpsRevertAndFightNameTheToolItsApplicationAndItsSetting(t
 			},
 		},
 		"a revert by another writer has no GitOps remediation": {
-			obs: base(),
-			want: want{rows: []string{"api web/api: drifted"}, repin: &wantRepin{
-				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)"},
-				wait:    []string{"web"}, clear: kv{k.Attempt(): deleted}}},
+			obs:  base(),
+			want: want{rows: []string{"api web/api: drifted"}, repin: firstRepin([]string{"web"}, "web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, helm)")},
 			also: func(t *testing.T, p *Plan) {
 				if p.Rows[0].Remediation != "" {
 					t.Errorf("row remediation %q, want none", p.Rows[0].Remediation)
@@ -82,10 +76,7 @@ func TestDecide_O2_N1_ARevertIsShownFirstAndTheStalePodsItCausedBesideIt(t *test
 		"reverted by Argo CD, a pod on an old build": {
 			obs: observe(g, withAnchor(pinnedBefore("api", dB)), withLatest("api", dB), withLive(webAPI, onTag), byGitOps(argo),
 				withPods(web, "api", repo+"@"+dB, repo+"@"+dA)),
-			want: want{rows: []string{"api web/api: drifted"}, findings: []string{"api: WARN RunningStale benign"}, repin: &wantRepin{
-				attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-				changes: []string{"web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, argocd-controller)"},
-				wait:    []string{"web"}, clear: kv{k.Attempt(): deleted}}},
+			want: want{rows: []string{"api web/api: drifted"}, findings: []string{"api: WARN RunningStale benign"}, repin: firstRepin([]string{"web"}, "web: api docker.io/acme/api:prod -> docker.io/acme/api@<B> (revert, argocd-controller)")},
 			also: func(t *testing.T, p *Plan) {
 				r := p.Rows[0]
 				contains(t, "row message", r.Message, "Argo CD (Application shop)")

@@ -94,10 +94,10 @@ func TestDecide_V4_APinnedDigestTheRegistryNoLongerHoldsIsPinMissing(t *testing.
 			obs: steady(withLatest("api", dB), pinCheck(onA, true, nil)),
 			want: want{
 				rows: []string{"api web/api: drifted", "api agent/monitor: drifted"},
-				repin: &wantRepin{attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api " + pinned("<A>") + " -> " + pinned("<B>") + " (digest-change, helm)",
-						"agent: monitor " + pinned("<A>") + " -> " + pinned("<B>") + " (digest-change, helm)"},
-					wait: []string{"web", "agent"}, clear: kv{k.Attempt(): deleted}, record: kv{k.Record("api"): "<B>"}},
+				repin: firstRepin([]string{"web", "agent"},
+					"web: api "+pinned("<A>")+" -> "+pinned("<B>")+" (digest-change, helm)",
+					"agent: monitor "+pinned("<A>")+" -> "+pinned("<B>")+" (digest-change, helm)",
+				).recording("api", "<B>"),
 			},
 		},
 		"a target on the tag is not pinned to the lost digest: it keeps its own state": {
@@ -105,9 +105,7 @@ func TestDecide_V4_APinnedDigestTheRegistryNoLongerHoldsIsPinMissing(t *testing.
 			want: want{
 				findings: []string{"api: ERROR PinMissing needs-human"},
 				rows:     []string{"api web/api: pin-missing", "api agent/monitor: drifted"},
-				repin: &wantRepin{attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"agent: monitor " + onTag + " -> " + pinned("<A>") + " (revert, helm)"},
-					wait:    []string{"web", "agent"}, clear: kv{k.Attempt(): deleted}},
+				repin:    firstRepin([]string{"web", "agent"}, "agent: monitor "+onTag+" -> "+pinned("<A>")+" (revert, helm)"),
 			},
 			also: func(t *testing.T, p *Plan) {
 				// The drifted target is on the tag: it is not pinned to

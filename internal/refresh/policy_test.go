@@ -247,13 +247,7 @@ func TestDecide_R24_DigestChangesStartOnlyInsideARolloutWindow(t *testing.T) {
 	}
 	nights := config.RolloutWindow{Days: []string{"Mon", "Tue", "Wed", "Thu", "Fri"}, Start: "22:00", End: "06:00"}
 	noon := config.RolloutWindow{Days: []string{"Wed"}, Start: "11:00", End: "13:00"}
-	rolls := &wantRepin{
-		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-		changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-		wait:    []string{"web"},
-		clear:   kv{k.Attempt(): deleted},
-		record:  kv{k.Record("api"): "<B>"},
-	}
+	rolls := firstRepin([]string{"web"}, "web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)").recording("api", "<B>")
 	run(t, map[string]decideCase{
 		"outside every window a digest change waits, benign, naming the next opening": {
 			settings: []settingsOpt{windows(nights)},
@@ -294,13 +288,7 @@ func TestDecide_R24_MaxConcurrentRolloutsQueuesADigestChange(t *testing.T) {
 		return o
 	}
 	slots := func(n int) settingsOpt { return func(s *Settings) { s.MaxConcurrentRollouts = n } }
-	rolls := &wantRepin{
-		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-		changes: []string{"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)"},
-		wait:    []string{"web"},
-		clear:   kv{k.Attempt(): deleted},
-		record:  kv{k.Record("api"): "<B>"},
-	}
+	rolls := firstRepin([]string{"web"}, "web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)").recording("api", "<B>")
 	run(t, map[string]decideCase{
 		"with every slot taken by other groups a digest change is queued, benign, nothing written": {
 			settings: []settingsOpt{slots(1)},

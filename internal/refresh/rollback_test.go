@@ -158,12 +158,10 @@ func TestDecide_V2_ARolledBackDigestIsHeldWithItsReasonAndANewDigestRolls(t *tes
 			obs: after(dC),
 			want: want{bookkeeping: kv{k.RolledBack("api"): deleted},
 				rows: []string{"api web/api: drifted", "api agent/monitor: drifted"},
-				repin: &wantRepin{attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-					changes: []string{"web: api " + pinned("<A>") + " -> " + pinned("<C>") + " (digest-change, helm)",
-						"agent: monitor " + pinned("<A>") + " -> " + pinned("<C>") + " (digest-change, helm)"},
-					wait:   []string{"web", "agent"},
-					clear:  kv{k.Attempt(): deleted},
-					record: kv{k.Record("api"): "<C>"}}},
+				repin: firstRepin([]string{"web", "agent"},
+					"web: api "+pinned("<A>")+" -> "+pinned("<C>")+" (digest-change, helm)",
+					"agent: monitor "+pinned("<A>")+" -> "+pinned("<C>")+" (digest-change, helm)",
+				).recording("api", "<C>")},
 		},
 	})
 }

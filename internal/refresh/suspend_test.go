@@ -27,16 +27,10 @@ func TestDecide_O1_ASuspendedGroupGetsNoWriteToItsTargets(t *testing.T) {
 			withLive(webAPI, pinned(dA)), withLive(agentMon, pinned(dA))}, opts...)...)
 	}
 	held := []string{"api web/api: suspended", "api agent/monitor: suspended"}
-	rolls := &wantRepin{
-		attempt: 1, attemptSet: kv{k.Attempt(): "1"},
-		changes: []string{
-			"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
-			"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
-		},
-		wait:   []string{"web", "agent"},
-		clear:  kv{k.Attempt(): deleted},
-		record: kv{k.Record("api"): "<B>"},
-	}
+	rolls := firstRepin([]string{"web", "agent"},
+		"web: api docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
+		"agent: monitor docker.io/acme/api@<A> -> docker.io/acme/api@<B> (digest-change, helm)",
+	).recording("api", "<B>")
 	run(t, map[string]decideCase{
 		"suspended until resumed: a new digest is not rolled; the rows say by whom and why; the start is kept": {
 			settings: []settingsOpt{atSuspendNow},

@@ -78,21 +78,7 @@ func TestACRKeychain_R20_WorkloadIdentityExchangedOnceAndRenewedBeforeExpiry(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	password := func() string {
-		t.Helper()
-		auth, err := kc.Resolve(repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := auth.Authorization()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Username != acrUser {
-			t.Fatalf("username %q, want %s", cfg.Username, acrUser)
-		}
-		return cfg.Password
-	}
+	password := passwordOf(t, kc, repo, acrUser)
 	for range 3 {
 		if p := password(); p != "acr-refresh-x" {
 			t.Fatalf("password %q, want acr-refresh-x, reused", p)

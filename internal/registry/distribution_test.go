@@ -9,6 +9,29 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/distribution"
 )
 
+// frontedDistribution starts Distribution with opts behind a front that
+// counts what reaches it, pushes acme/api:prod, and returns them with
+// resolve: one Latest of acme/api:prod through the front with fresh
+// credentials, failing t unless it answers the pushed digest.
+func frontedDistribution(t *testing.T, opts distribution.Options) (*distribution.Registry, *distribution.Front, func()) {
+	t.Helper()
+	reg := distribution.StartWithT(t, opts)
+	want := reg.MustPushRandomImage(t, "acme/api", "prod")
+	front, err := reg.StartFront()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newResolver(t, Options{Hosts: []HostConfig{{Host: front.Host, CAFile: reg.CAFile}}})
+	repo := front.Host + "/acme/api"
+	return reg, front, func() {
+		t.Helper()
+		got, err := r.Latest(context.Background(), repo, "prod", freshKeychain(front.Host, reg.User, reg.Password))
+		if err != nil || got != want {
+			t.Fatalf("Latest = %q, %v; want %s", got, err, want)
+		}
+	}
+}
+
 // frontBudget is what a client cost the real Distribution registry, counted
 // at a TLS front of it (requests and connections) and at its token server.
 func frontBudget(r *distribution.Registry, f *distribution.Front) budget {
@@ -37,21 +60,7 @@ func TestLatest_C2_DistributionRepeatedResolvesCostOneHeadEach(t *testing.T) {
 		{name: "token auth", token: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg := distribution.StartWithT(t, distribution.Options{TokenAuth: tc.token})
-			want := reg.MustPushRandomImage(t, "acme/api", "prod")
-			front, err := reg.StartFront()
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := newResolver(t, Options{Hosts: []HostConfig{{Host: front.Host, CAFile: reg.CAFile}}})
-			repo := front.Host + "/acme/api"
-			resolve := func() {
-				t.Helper()
-				got, err := r.Latest(context.Background(), repo, "prod", freshKeychain(front.Host, reg.User, reg.Password))
-				if err != nil || got != want {
-					t.Fatalf("Latest = %q, %v; want %s", got, err, want)
-				}
-			}
+			reg, front, resolve := frontedDistribution(t, distribution.Options{TokenAuth: tc.token})
 			pushed := frontBudget(reg, front) // the push took a token
 			resolve()
 			first := frontBudget(reg, front)
@@ -77,21 +86,7 @@ func TestLatest_C2_DistributionRepeatedResolvesCostOneHeadEach(t *testing.T) {
 }
 
 func TestLatest_C2_DistributionExpiredTokenIsRefreshedOnce(t *testing.T) {
-	reg := distribution.StartWithT(t, distribution.Options{TokenAuth: true})
-	want := reg.MustPushRandomImage(t, "acme/api", "prod")
-	front, err := reg.StartFront()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newResolver(t, Options{Hosts: []HostConfig{{Host: front.Host, CAFile: reg.CAFile}}})
-	repo := front.Host + "/acme/api"
-	resolve := func() {
-		t.Helper()
-		got, err := r.Latest(context.Background(), repo, "prod", freshKeychain(front.Host, reg.User, reg.Password))
-		if err != nil || got != want {
-			t.Fatalf("Latest = %q, %v; want %s", got, err, want)
-		}
-	}
+	reg, front, resolve := frontedDistribution(t, distribution.Options{TokenAuth: true})
 	// The first token is issued already expired: Distribution refuses it,
 	// the client takes one new token and repeats the HEAD once.
 	reg.Token.ExpireNext(1)

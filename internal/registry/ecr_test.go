@@ -106,21 +106,8 @@ func TestECRKeychain_R20_IRSATokenIsExchangedOnceAndRenewedBeforeExpiry(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	password := func() string {
-		t.Helper()
-		auth, err := kc.Resolve(repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := auth.Authorization()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Username != "AWS" {
-			t.Fatalf("username %q, want AWS (ECR's authorization token is AWS:<password>)", cfg.Username)
-		}
-		return cfg.Password
-	}
+	// ECR's authorization token is AWS:<password>.
+	password := passwordOf(t, kc, repo, "AWS")
 	for range 3 {
 		if p := password(); p != "ecr-token-1" {
 			t.Fatalf("password %q, want ecr-token-1, reused", p)

@@ -68,21 +68,7 @@ func TestGoogleKeychain_R20_WorkloadIdentityTokenRefreshedBeforeExpiry(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	password := func() string {
-		t.Helper()
-		auth, err := kc.Resolve(gar)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := auth.Authorization()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Username != "_token" {
-			t.Fatalf("username %q, want _token", cfg.Username)
-		}
-		return cfg.Password
-	}
+	password := passwordOf(t, kc, gar, "_token")
 	// Making the keychain fetched token 1, about to expire: the first use
 	// fetches token 2, about to expire too; the next use fetches token 3,
 	// which lasts and is reused.

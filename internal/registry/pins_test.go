@@ -34,25 +34,11 @@ func TestHas_V4_ADeletedDigestIsGoneAndOtherFailuresAreNoVerdict(t *testing.T) {
 		t.Errorf("%d HEADs of the deleted digest, want 1", n)
 	}
 
-	for _, tc := range []struct {
-		name  string
-		fault testregistry.Fault
-		kc    bool
-		want  ErrorKind
-	}{
-		{name: "401 (no credentials)", want: KindUnauthorized},
-		{name: "500", fault: testregistry.Fault{Status: http.StatusInternalServerError}, kc: true, want: KindServerError},
-		{name: "503", fault: testregistry.Fault{Status: http.StatusServiceUnavailable}, kc: true, want: KindServerError},
-		{name: "429", fault: testregistry.Fault{Status: http.StatusTooManyRequests}, kc: true, want: KindRateLimited},
-		{name: "a timeout", fault: testregistry.Fault{Hang: true}, kc: true, want: KindTimeout},
-	} {
+	for _, tc := range []faultCase{noCredentials, status500, status503, status429, hang} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.SetFault(tc.fault)
 			defer s.ClearFault()
-			keys := kc
-			if !tc.kc {
-				keys = nil
-			}
+			keys := tc.keys(kc)
 			// A hang ends at the resolver's timeout whatever its length; an
 			// answer must never be taken for one, however slow the machine.
 			timeout := time.Minute

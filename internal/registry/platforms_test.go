@@ -70,23 +70,11 @@ func TestServedPlatforms_V3_AFailureIsAReadFailureNotAVerdict(t *testing.T) {
 	if got, err := r.ServedPlatforms(context.Background(), repo, d, kc); err != nil || len(got) != 2 {
 		t.Fatalf("ServedPlatforms = %+v, %v; want the two platforms first", got, err)
 	}
-	for _, tc := range []struct {
-		name  string
-		fault testregistry.Fault
-		kc    bool
-		want  ErrorKind
-	}{
-		{name: "401 (no credentials)", want: KindUnauthorized},
-		{name: "500", fault: testregistry.Fault{Status: http.StatusInternalServerError}, kc: true, want: KindServerError},
-		{name: "429", fault: testregistry.Fault{Status: http.StatusTooManyRequests}, kc: true, want: KindRateLimited},
-	} {
+	for _, tc := range []faultCase{noCredentials, status500, status429} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.SetFault(tc.fault)
 			defer s.ClearFault()
-			keys := kc
-			if !tc.kc {
-				keys = nil
-			}
+			keys := tc.keys(kc)
 			got, err := newResolver(t, Options{Hosts: []HostConfig{{Host: s.Host(), Insecure: true}}, Timeout: time.Minute}).
 				ServedPlatforms(context.Background(), repo, d, keys)
 			if got != nil {

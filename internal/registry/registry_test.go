@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/image-refresh/image-refresh/test/support/testregistry"
 )
@@ -481,4 +482,50 @@ func TestPlatforms_N1_AnIndexListsItsPlatformManifestsAnImageNone(t *testing.T) 
 	wantKind(t, err, KindNotFound)
 	_, err = r.Platforms(ctx, s.Host()+"/acme/multi", "not-a-digest", nil)
 	wantKind(t, err, KindInvalidDigest)
+}
+
+// passwordOf returns a func that resolves repo with kc and returns the
+// password of its authorization, failing t unless the username is user.
+func passwordOf(t *testing.T, kc authn.Keychain, repo name.Repository, user string) func() string {
+	return func() string {
+		t.Helper()
+		auth, err := kc.Resolve(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := auth.Authorization()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Username != user {
+			t.Fatalf("username %q, want %s", cfg.Username, user)
+		}
+		return cfg.Password
+	}
+}
+
+// faultCase is a registry fault and the ErrorKind a request made under it
+// fails with; kc says whether the request carries credentials.
+type faultCase struct {
+	name  string
+	fault testregistry.Fault
+	kc    bool
+	want  ErrorKind
+}
+
+// The faults a request by digest is checked under.
+var (
+	noCredentials = faultCase{name: "401 (no credentials)", want: KindUnauthorized}
+	status500     = faultCase{name: "500", fault: testregistry.Fault{Status: http.StatusInternalServerError}, kc: true, want: KindServerError}
+	status503     = faultCase{name: "503", fault: testregistry.Fault{Status: http.StatusServiceUnavailable}, kc: true, want: KindServerError}
+	status429     = faultCase{name: "429", fault: testregistry.Fault{Status: http.StatusTooManyRequests}, kc: true, want: KindRateLimited}
+	hang          = faultCase{name: "a timeout", fault: testregistry.Fault{Hang: true}, kc: true, want: KindTimeout}
+)
+
+// keys is kc when the case carries credentials, else none.
+func (c faultCase) keys(kc authn.Keychain) authn.Keychain {
+	if !c.kc {
+		return nil
+	}
+	return kc
 }

@@ -87,55 +87,41 @@ func measure(b *testing.B, f *fixture, p *config.VerificationPolicy, verified bo
 //
 //	go test -run '^$' -bench BenchmarkVerify_V5 ./internal/verify
 func BenchmarkVerify_V5(b *testing.B) {
-	one := func(key signer) *config.VerificationPolicy {
-		p := attestPolicy(key)
+	one := func(keys ...signer) *config.VerificationPolicy {
+		p := attestPolicy(keys...)
 		p.Attestations = p.Attestations[1:]
 		return p
 	}
+	// sign signs f's digest and attests it (SLSA provenance and a clean
+	// scan), as bundles or in the legacy format.
+	sign := func(b *testing.B, f *fixture, legacy bool) signer {
+		key := newSigner(b, "cosign.pub")
+		if legacy {
+			f.attachLegacy(f.digest, key, legacyPayload(f.digest))
+			key.AttachLegacyAttestation(b, f.digest, f.opts,
+				testsign.AttestationStatement(f.digest, slsa, fromOurRepo), testsign.AttestationStatement(f.digest, vuln, scanClean))
+			return key
+		}
+		key.SignBundle(b, f.digest, f.opts...)
+		key.Attest(b, f.digest, slsa, fromOurRepo, f.opts...)
+		key.Attest(b, f.digest, vuln, scanClean, f.opts...)
+		return key
+	}
 	cases := []struct {
-		name string
-		sign func(b *testing.B, f *fixture) *config.VerificationPolicy
+		name   string
+		legacy bool
+		policy func(...signer) *config.VerificationPolicy
 	}{
-		{"bundle, signature only", func(b *testing.B, f *fixture) *config.VerificationPolicy {
-			key := newSigner(b, "cosign.pub")
-			key.SignBundle(b, f.digest, f.opts...)
-			key.Attest(b, f.digest, slsa, fromOurRepo, f.opts...)
-			key.Attest(b, f.digest, vuln, scanClean, f.opts...)
-			return policyOf(key)
-		}},
-		{"bundle, one attestation", func(b *testing.B, f *fixture) *config.VerificationPolicy {
-			key := newSigner(b, "cosign.pub")
-			key.SignBundle(b, f.digest, f.opts...)
-			key.Attest(b, f.digest, slsa, fromOurRepo, f.opts...)
-			key.Attest(b, f.digest, vuln, scanClean, f.opts...)
-			return one(key)
-		}},
-		{"bundle, two attestations", func(b *testing.B, f *fixture) *config.VerificationPolicy {
-			key := newSigner(b, "cosign.pub")
-			key.SignBundle(b, f.digest, f.opts...)
-			key.Attest(b, f.digest, slsa, fromOurRepo, f.opts...)
-			key.Attest(b, f.digest, vuln, scanClean, f.opts...)
-			return attestPolicy(key)
-		}},
-		{"legacy, signature only", func(b *testing.B, f *fixture) *config.VerificationPolicy {
-			key := newSigner(b, "cosign.pub")
-			f.attachLegacy(f.digest, key, legacyPayload(f.digest))
-			key.AttachLegacyAttestation(b, f.digest, f.opts,
-				testsign.AttestationStatement(f.digest, slsa, fromOurRepo), testsign.AttestationStatement(f.digest, vuln, scanClean))
-			return policyOf(key)
-		}},
-		{"legacy, two attestations", func(b *testing.B, f *fixture) *config.VerificationPolicy {
-			key := newSigner(b, "cosign.pub")
-			f.attachLegacy(f.digest, key, legacyPayload(f.digest))
-			key.AttachLegacyAttestation(b, f.digest, f.opts,
-				testsign.AttestationStatement(f.digest, slsa, fromOurRepo), testsign.AttestationStatement(f.digest, vuln, scanClean))
-			return attestPolicy(key)
-		}},
+		{"bundle, signature only", false, policyOf},
+		{"bundle, one attestation", false, one},
+		{"bundle, two attestations", false, attestPolicy},
+		{"legacy, signature only", true, policyOf},
+		{"legacy, two attestations", true, attestPolicy},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			f := newFixture(b, true)
-			measure(b, f, c.sign(b, f), true)
+			measure(b, f, c.policy(sign(b, f, c.legacy)), true)
 		})
 	}
 }

@@ -44,15 +44,7 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 // field and line, with every other problem of the file, and no config.
 func TestCheckTrust_V1_ParsesEveryPolicysTrustMaterialAtItsField(t *testing.T) {
 	dir := t.TempDir()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	good := writeFile(t, dir, "good.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	good, key := writePublicKey(t, dir, "good.pub")
 	garbage := writeFile(t, dir, "garbage.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: []byte("not DER")}))
 	badCert := writeFile(t, dir, "bad-ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")}))
 	notRoot := writeFile(t, dir, "not-a-root.json", []byte(`{"mediaType": "something else"}`))
@@ -123,15 +115,7 @@ func big1() *big.Int { return big.NewInt(1) }
 // in the expression.
 func TestCheckTrust_V5_ABadConditionIsAConfigErrorNamingThePolicyTheAttestationAndTheColumn(t *testing.T) {
 	dir := t.TempDir()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := writeFile(t, dir, "release.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	pub, _ := writePublicKey(t, dir, "release.pub")
 	configFile := func(provenance, scan string) string {
 		return writeFile(t, dir, "config.yaml", []byte(`verification:
   - name: release
@@ -176,4 +160,19 @@ func TestCheckTrust_V5_ABadConditionIsAConfigErrorNamingThePolicyTheAttestationA
 	if _, err := config.Load(configFile(`predicate.buildDefinition ==`, `x`)); err != nil {
 		t.Errorf("config.Load without a Checker compiled the conditions: %v", err)
 	}
+}
+
+// writePublicKey writes a new ECDSA P-256 public key, PEM-encoded, to
+// dir/name and returns its path and the private key.
+func writePublicKey(t *testing.T, dir, name string) (string, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, dir, name, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), key
 }

@@ -214,17 +214,7 @@ func TestCluster_R6_ScaledToZeroDeploymentIsPinned(t *testing.T) {
 	testenv.Deployment(t, e.C.Client, e.NS, "worker", testenv.WithContainer("worker", tag), testenv.WithReplicas(0))
 	e.Settle("Deployment", "api")
 	e.observed("worker")
-	cfg := e.Config(`groups:
-  - name: api
-    anchor: {kind: Deployment, namespace: {{ns}}, name: api}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: api, container: api}
-          - {kind: Deployment, namespace: {{ns}}, name: worker, container: worker}
-`)
+	cfg := e.Config(e2e.Groups(e2e.GroupOf("api", "Deployment", "api", e2e.ImageOf("api", "api", "prod", e2e.Target("Deployment", "api", "api"), e2e.Target("Deployment", "worker", "worker")))))
 	rs := e.Rollouts("worker")
 	recKey := e.Key("last-refreshed-api-digest")
 
@@ -520,17 +510,7 @@ func TestCluster_C3_TwoInstancesWithoutLeaderElectionRollEachChangeOnce(t *testi
 		testenv.Deployment(t, e.C.Client, e.NS, name, testenv.WithContainer("app", tag), testenv.WithReplicas(2), testenv.WithMinReadySeconds(1))
 		e.Settle("Deployment", name)
 	}
-	group := `groups:
-  - name: %s
-    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: web, container: app}
-          - {kind: Deployment, namespace: {{ns}}, name: worker, container: app}
-`
+	group := e2e.Groups(e2e.GroupOf("%s", "Deployment", "web", e2e.ImageOf("api", "api", "prod", e2e.Target("Deployment", "web", "app"), e2e.Target("Deployment", "worker", "app"))))
 	// The same group under two names, one per instance, only so that the
 	// one /metrics both serve counts each one's passes apart (no state
 	// image-refresh keeps in the cluster carries a group name).

@@ -54,18 +54,7 @@ func TestAdmission_O2_AServerSideDryRunApplyOfTheTagSeesThePin(t *testing.T) {
 	if _, err := e.GitOpsApply(other, "other", [][2]string{{"app", tag}}, false); err != nil {
 		t.Fatal(err)
 	}
-	cfg := e.Config(`groups:
-  - name: o2
-    anchor: {kind: Deployment, namespace: {{ns}}, name: kustomized}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: kustomized, container: app}
-          - {kind: Deployment, namespace: {{ns}}, name: released, container: app}
-          - {kind: Deployment, namespace: {{ns}}, name: argo, container: app}
-`)
+	cfg := e.Config(e2e.Groups(e2e.GroupOf("o2", "Deployment", "kustomized", e2e.ImageOf("api", "api", "prod", e2e.Target("Deployment", "kustomized", "app"), e2e.Target("Deployment", "released", "app"), e2e.Target("Deployment", "argo", "app")))))
 	e.Tick(cfg) // first observation: recorded
 	e.Tick(cfg) // pinned
 	pinned := e.Image("kustomized", "app")

@@ -19,36 +19,35 @@ import (
 // one Deployment "web" whose template renders repo:tag. The group's anchor
 // ("state") lives outside the chart, as in the render tests.
 
-const hbGroup = `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: state}
-    images:
-      - name: web
-        repository: {{reg}}/acme/web
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: state, container: app}
-`
+var hbGroup = "groups:\n" + e2e.OneGroup("web", "web", "state", "app")
 
 // hbWebTarget adds the release's Deployment to the group.
-const hbWebTarget = "          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}\n"
+var hbWebTarget = e2e.Target("Deployment", "web", "web")
 
 // hbChart writes a chart with one Deployment "web" running image (repo:tag)
 // and carrying the webhook's objectSelector label, so that helm's own
 // CREATE and UPDATE reach the webhook.
 func hbChart(t *testing.T, image string) string {
+	return writeWebChart(t, image, 1, ", "+e2e.ManagedLabel+`: "true"`, "", nil)
+}
+
+// writeWebChart writes chart web (values: image, revision "1") whose template
+// web.yaml is Deployment web of replicas, its labels app=web and
+// moreLabels, running the image of the values as container web and then
+// moreContainers; more holds the chart's other templates by file name. It
+// returns the chart's directory.
+func writeWebChart(t *testing.T, image string, replicas int, moreLabels, moreContainers string, more map[string]string) string {
 	t.Helper()
-	dir := t.TempDir()
 	files := map[string]string{
 		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
 		"values.yaml": "image: " + image + "\nrevision: \"1\"\n",
-		"templates/web.yaml": `apiVersion: apps/v1
+		"templates/web.yaml": fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: web
-  labels: {app: web, ` + e2e.ManagedLabel + `: "true"}
+  labels: {app: web%s}
 spec:
-  replicas: 1
+  replicas: %d
   selector:
     matchLabels: {app: web}
   template:
@@ -62,8 +61,12 @@ spec:
         - name: web
           image: {{ .Values.image }}
           imagePullPolicy: IfNotPresent
-`,
+`, moreLabels, replicas) + moreContainers,
 	}
+	for name, text := range more {
+		files["templates/"+name] = text
+	}
+	dir := t.TempDir()
 	for name, text := range files {
 		path := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -13,22 +13,9 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
-const k1WebhookGroup = `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: api}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: api, container: api}
-          - {kind: Deployment, namespace: {{ns}}, name: api, container: migrate}
-      - name: models
-        repository: {{reg}}/acme/models
-        tag: v1
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: api, volume: models}
-`
+var k1WebhookGroup = e2e.Groups(e2e.GroupOf("web", "Deployment", "api",
+	e2e.ImageOf("api", "api", "prod", e2e.Target("Deployment", "api", "api"), e2e.Target("Deployment", "api", "migrate")),
+	e2e.ImageOf("models", "models", "v1", e2e.VolumeTarget("Deployment", "api", "models"))))
 
 // K1 through fix B and fix A in `run`: render pins the init container
 // and the image volume of helm's manifest; helm re-rendering the migration

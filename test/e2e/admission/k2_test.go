@@ -12,18 +12,8 @@ import (
 
 // k2WebhookGroup: the Deployment api (the webhook's probe and the anchor)
 // and the PodSet shop, a declared kind, run one image.
-const k2WebhookGroup = testenv.PodSetKindYAML + `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: api}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: api, container: api}
-          - {kind: PodSet, namespace: {{ns}}, name: shop, container: api}
-          - {kind: PodSet, namespace: {{ns}}, name: shop, container: migrate}
-`
+var k2WebhookGroup = testenv.PodSetKindYAML + e2e.Groups(e2e.GroupOf("web", "Deployment", "api",
+	e2e.ImageOf("api", "api", "prod", e2e.Target("Deployment", "api", "api"), e2e.Target("PodSet", "shop", "api"), e2e.Target("PodSet", "shop", "migrate"))))
 
 // K2 through fix B: render pins a declared kind's manifest (its pod
 // template at the declared path) from the records on the cluster, and the

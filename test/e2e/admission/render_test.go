@@ -33,7 +33,7 @@ import (
 
 // renderConfig is seedShape with a short apiTimeout, so that the
 // unreachable-cluster cases finish quickly.
-const renderConfig = "apiTimeout: 2s\n" + e2e.SeedShape
+var renderConfig = "apiTimeout: 2s\n" + e2e.SeedShape
 
 // pinnedSeedManifests is SeedManifests with exactly the two targets'
 // image scalars pinned to digest.
@@ -463,35 +463,9 @@ func (h *helmCLI) renderLog() string {
 // as charts usually render) whose container web runs image, a sidecar on
 // another image, a Service and a commented ConfigMap.
 func webChart(t *testing.T, image string) string {
-	t.Helper()
-	dir := t.TempDir()
-	files := map[string]string{
-		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
-		"values.yaml": "image: " + image + "\nrevision: \"1\"\n",
-		"templates/web.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  labels: {app: web}
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-      annotations:
-        revision: {{ .Values.revision | quote }}
-    spec:
-      terminationGracePeriodSeconds: 0
-      containers:
-        - name: web
-          image: {{ .Values.image }}
-          imagePullPolicy: IfNotPresent
-        - name: sidecar
+	return writeWebChart(t, image, 2, "", `        - name: sidecar
           image: example.invalid/sidecar:v1
-`,
-		"templates/other.yaml": `# not managed
+`, map[string]string{"other.yaml": `# not managed
 apiVersion: v1
 kind: Service
 metadata: {name: web}
@@ -504,18 +478,7 @@ kind: ConfigMap
 metadata: {name: web-settings}
 data:
   image: {{ .Values.image | quote }}  # the same text, in data: not an image field
-`,
-	}
-	for name, text := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+`})
 }
 
 // bareTagWatch records every Deployment, ReplicaSet and Pod labelled
@@ -667,16 +630,7 @@ func testRenderB2(t *testing.T, e *env, h *helmCLI) {
 	// record: one tick observes the registry and records the digest (R5).
 	testenv.Deployment(t, e.C.Client, e.NS, "state", testenv.WithContainer("app", tag), testenv.WithReplicas(1))
 	e.Settle("Deployment", "state")
-	group := `groups:
-  - name: web
-    anchor: {kind: Deployment, namespace: {{ns}}, name: state}
-    images:
-      - name: web
-        repository: {{reg}}/acme/web
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: state, container: app}
-`
+	group := "groups:\n" + e2e.OneGroup("web", "web", "state", "app")
 	tickCfg := e.Config(group)
 	cfg := e.Config(group + "          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}\n")
 	if code, _ := e.Tick(tickCfg); code != 0 {

@@ -384,12 +384,7 @@ func TestStatus_D3_KubectlPluginListsEveryManagedTargetWithoutAConfig(t *testing
 // configured target's does (B2 for a discovered group), its tag kept; an
 // unlabelled workload's is written as read.
 func TestRender_D1_ALabelledWorkloadIsRenderedPinned(t *testing.T) {
-	e := &env{e2e.DiscoveryEnv(t)}
-	digest := e.Push("api", "prod")
-	tag := e.Repo("api") + ":prod"
-	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
-	e.Settle("Deployment", "api")
-	e.Enable("Deployment", "api")
+	e, digest, tag := labelledAPI(t)
 	cfg := e.settings()
 	e.DiscoveryTick(cfg) // records
 	manifest := func(name string) string {
@@ -424,19 +419,7 @@ spec:
 // TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission: the
 // webhook pins the targets discovery found, as it pins configured ones.
 func TestWebhook_D1_B1_AReRenderOfALabelledWorkloadIsPinnedAtAdmission(t *testing.T) {
-	e := &env{e2e.DiscoveryEnv(t)}
-	digest := e.Push("api", "prod")
-	tag, pinned := e.Repo("api")+":prod", e.Repo("api")+":prod@"+digest
-	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
-	e.Settle("Deployment", "api")
-	e.Enable("Deployment", "api")
-	cfg := e.settings()
-	e.DiscoveryTick(cfg)
-	e.DiscoveryTick(cfg)
-	if got := e.Image("api", "api"); got != pinned {
-		t.Fatalf("setup: api runs %s, want %s", got, pinned)
-	}
-	e.WhLabel("api") // the test's MutatingWebhookConfiguration selects this label
+	e, tag, pinned, cfg := webhookedAPI(t)
 	// whStartProbed waits until a dry-run re-render of api comes back
 	// pinned: before discovery's first pass the webhook knows no group.
 	e.WhStartProbed(cfg, "api", map[string]string{"api": tag}, "--poll-interval", "1h", "--watch-namespaces", e.NS)
@@ -592,16 +575,7 @@ func TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKee
 	// Both labels go; a config now names "claimed" as its group's anchor.
 	e.Label("Deployment", "api", map[string]*string{e.Key("enabled"): nil})
 	e.Label("Deployment", "claimed", map[string]*string{e.Key("enabled"): nil})
-	cfg = e.Config(`groups:
-  - name: explicit
-    anchor: {kind: Deployment, namespace: {{ns}}, name: claimed}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: claimed, container: api}
-`)
+	cfg = e.Config("groups:\n" + e2e.OneGroup("explicit", "api", "claimed", "api"))
 	code, logs := e.DiscoveryTick(cfg)
 	if code != 0 {
 		t.Fatalf("tick after the labels went: exit %d, want 0", code)
@@ -633,19 +607,7 @@ func TestTick_D1_ALabelRemovedLetsTheWorkloadGoItsPinStaysAndAConfiguredGroupKee
 // a re-render of a labelled workload is stored pinned whichever replica the
 // API server asks.
 func TestWebhook_D1_B1_C3_AStandbyReplicasWebhookPinsADiscoveredTarget(t *testing.T) {
-	e := &env{e2e.DiscoveryEnv(t)}
-	digest := e.Push("api", "prod")
-	tag, pinned := e.Repo("api")+":prod", e.Repo("api")+":prod@"+digest
-	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
-	e.Settle("Deployment", "api")
-	e.Enable("Deployment", "api")
-	cfg := e.settings()
-	e.DiscoveryTick(cfg)
-	e.DiscoveryTick(cfg)
-	if got := e.Image("api", "api"); got != pinned {
-		t.Fatalf("setup: api runs %s, want %s", got, pinned)
-	}
-	e.WhLabel("api")
+	e, tag, pinned, cfg := webhookedAPI(t)
 
 	elect := []string{"--poll-interval", "1h", "--watch-namespaces", e.NS,
 		"--leader-elect", "--leader-election-namespace", e.NS, "--leader-election-lease-duration", "3s"}
@@ -720,4 +682,35 @@ func TestRun_C2_D1_AnImageNoGroupUsesAnyMoreIsNoLongerPolled(t *testing.T) {
 	if after := asks("api"); after != before {
 		t.Errorf("api was asked %d more times after its only group was let go, while web was polled twice; want none", after-before)
 	}
+}
+
+// labelledAPI is a discovery env with Deployment api on acme/api:prod,
+// settled and labelled for discovery; it returns the env, the digest of
+// acme/api:prod and the tag.
+func labelledAPI(t *testing.T) (e *env, digest, tag string) {
+	e = &env{e2e.DiscoveryEnv(t)}
+	digest = e.Push("api", "prod")
+	tag = e.Repo("api") + ":prod"
+	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
+	e.Settle("Deployment", "api")
+	e.Enable("Deployment", "api")
+	return e, digest, tag
+}
+
+// webhookedAPI is labelledAPI pinned by two discovery ticks (the setup
+// fails unless api runs the pinned reference) and labelled for the test's
+// MutatingWebhookConfiguration; it returns the env, the tag, the pinned
+// reference and the settings' config.
+func webhookedAPI(t *testing.T) (e *env, tag, pinned, cfg string) {
+	t.Helper()
+	e, digest, tag := labelledAPI(t)
+	pinned = tag + "@" + digest
+	cfg = e.settings()
+	e.DiscoveryTick(cfg)
+	e.DiscoveryTick(cfg)
+	if got := e.Image("api", "api"); got != pinned {
+		t.Fatalf("setup: api runs %s, want %s", got, pinned)
+	}
+	e.WhLabel("api")
+	return e, tag, pinned, cfg
 }

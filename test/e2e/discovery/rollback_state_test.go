@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/image-refresh/image-refresh/test/support/e2e"
-	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 // R25 with D1: a labelled workload's copy of its state is written with
@@ -12,12 +11,7 @@ import (
 // workload, labelled again, starts over from first observation rather
 // than from the state the copy would bring back.
 func TestTick_R25_D1_ALetGoWorkloadLosesTheCopyOfItsState(t *testing.T) {
-	e := &env{e2e.DiscoveryEnv(t)}
-	digest := e.Push("api", "prod")
-	tag := e.Repo("api") + ":prod"
-	testenv.Deployment(t, e.C.Client, e.NS, "api", testenv.WithContainer("api", tag))
-	e.Settle("Deployment", "api")
-	e.Enable("Deployment", "api")
+	e, digest, _ := labelledAPI(t)
 	cfg := e.settings()
 	for i := range 2 {
 		if code, _ := e.DiscoveryTick(cfg); code != 0 {

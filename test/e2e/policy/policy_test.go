@@ -38,18 +38,7 @@ func agentsGroup(t *testing.T, e *env, anchorOpts ...testenv.Option) (a, cfg str
 	testenv.DaemonSet(t, e.C.Client, e.NS, "agent", testenv.WithTolerateAll(), testenv.WithContainer("agent", e.Repo("agent")+":prod"))
 	e.Settle("Deployment", "anchor")
 	e.Settle("DaemonSet", "agent")
-	cfg = e.Config(`rolloutTimeout: 2s
-maxRefreshAttempts: 2
-groups:
-  - name: agents
-    anchor: {kind: Deployment, namespace: {{ns}}, name: anchor}
-    images:
-      - name: agent
-        repository: {{reg}}/acme/agent
-        tag: prod
-        targets:
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: agent}
-`)
+	cfg = e.Config("rolloutTimeout: 2s\nmaxRefreshAttempts: 2\n" + e2e.Groups(e2e.GroupOf("agents", "Deployment", "anchor", e2e.ImageOf("agent", "agent", "prod", e2e.Target("DaemonSet", "agent", "agent")))))
 	for range 2 { // first observation, then the pin
 		if code, _ := e.Tick(cfg); code != 0 {
 			t.Fatalf("setup tick exit %d", code)

@@ -1,7 +1,6 @@
 package realnode
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -53,25 +52,11 @@ func TestRealNode_N1_TheSeedsIncidentForReal(t *testing.T) {
 	// the pod on A, naming the pod and the node. The config's group only:
 	// the other tests' labelled workloads are not this one's business.
 	cfg := w.config(incidentGroup)
-	code, _, logs := w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
-	t.Logf("tick exit %d:\n%s", code, logs)
-	if code != 0 {
-		t.Fatalf("first tick exit %d", code)
-	}
+	logs := w.tick(cfg, "first tick")
 	if !strings.Contains(logs, "runs another build than "+b) || !strings.Contains(logs, stale.Name) || !strings.Contains(logs, w.c.RealNodeName()) {
 		t.Errorf("the tick's log does not name the stale pod %s on %s and the digest %s", stale.Name, w.c.RealNodeName(), b)
 	}
-	_, out, errOut := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false", "-o", "json")
-	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
-		t.Fatalf("status -o json: %v\n%s\n%s", err, out, errOut)
-	}
-	var row map[string]any
-	for _, r := range rows {
-		if target, _ := r["target"].(string); strings.HasSuffix(target, w.ns+"/api container api") {
-			row = r
-		}
-	}
+	row := w.statusRow(cfg, w.ns+"/api container api")
 	// The cause first: the target is not on its pin yet (drifted); its
 	// pod on the old build is beside it (O2).
 	if want := "0/1 (" + w.c.RealNodeName() + ": " + a + ")"; !e2e.StatesAre(row, "drifted", "running-stale") || row["running"] != want {
@@ -84,11 +69,7 @@ func TestRealNode_N1_TheSeedsIncidentForReal(t *testing.T) {
 
 	// The pin: the next tick moves the template to :prod@B, and the new pod
 	// on the same node runs B.
-	code, _, logs = w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
-	t.Logf("pinning tick exit %d:\n%s", code, logs)
-	if code != 0 {
-		t.Fatalf("pinning tick exit %d", code)
-	}
+	w.tick(cfg, "pinning tick")
 	pinned := w.readyPod("api", first.Name, stale.Name)
 	if got := pinned.Spec.Containers[0].Image; got != tag+"@"+b {
 		t.Errorf("pinned pod asks for %s, want %s@%s", got, tag, b)

@@ -2,7 +2,6 @@ package realnode
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -56,25 +55,11 @@ func TestRealNode_K1_N1_TheSeedsIncidentInAnInitContainer(t *testing.T) {
 	}
 
 	cfg := w.config(initGroup)
-	code, _, logs := w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
-	t.Logf("tick exit %d:\n%s", code, logs)
-	if code != 0 {
-		t.Fatalf("first tick exit %d", code)
-	}
+	logs := w.tick(cfg, "first tick")
 	if !strings.Contains(logs, "init container migrate runs another build than "+b) || !strings.Contains(logs, stale.Name) {
 		t.Errorf("the tick's log does not name the init container's stale pod %s and the digest %s", stale.Name, b)
 	}
-	_, out, errOut := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false", "-o", "json")
-	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
-		t.Fatalf("status -o json: %v\n%s\n%s", err, out, errOut)
-	}
-	var row map[string]any
-	for _, r := range rows {
-		if target, _ := r["target"].(string); strings.HasSuffix(target, w.ns+"/api init container migrate") {
-			row = r
-		}
-	}
+	row := w.statusRow(cfg, w.ns+"/api init container migrate")
 	// The cause first: the init container is not on its pin yet
 	// (drifted); its pod on the old build is beside it (O2).
 	if want := "0/1 (" + w.c.RealNodeName() + ": " + a + ")"; !e2e.StatesAre(row, "drifted", "running-stale") || row["running"] != want {
@@ -82,11 +67,7 @@ func TestRealNode_K1_N1_TheSeedsIncidentInAnInitContainer(t *testing.T) {
 	}
 
 	// The pin: the next pod on the same node runs the migration of B.
-	code, _, logs = w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
-	t.Logf("pinning tick exit %d:\n%s", code, logs)
-	if code != 0 {
-		t.Fatalf("pinning tick exit %d", code)
-	}
+	w.tick(cfg, "pinning tick")
 	pinned := w.readyPod("api", first.Name, stale.Name)
 	if got := pinned.Spec.InitContainers[0].Image; got != tag+"@"+b {
 		t.Errorf("the pinned pod's migration asks for %s, want %s@%s", got, tag, b)

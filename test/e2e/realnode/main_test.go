@@ -9,6 +9,7 @@ package realnode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -106,6 +107,36 @@ func (w *world) run(args ...string) (int, string, string) {
 		fmt.Fprintln(&errOut, "image-refresh:", err)
 	}
 	return cli.ExitCode(err), out.String(), errOut.String()
+}
+
+// tick runs `tick` on cfg without discovery and logs what it said; the
+// test fails unless it exits 0 (what names the tick). It returns the logs.
+func (w *world) tick(cfg, what string) string {
+	w.t.Helper()
+	code, _, logs := w.run("tick", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false")
+	w.t.Logf("%s exit %d:\n%s", what, code, logs)
+	if code != 0 {
+		w.t.Fatalf("%s exit %d", what, code)
+	}
+	return logs
+}
+
+// statusRow runs `status -o json` on cfg without discovery and returns the
+// row whose target ends in target (nil when there is none).
+func (w *world) statusRow(cfg, target string) map[string]any {
+	w.t.Helper()
+	_, out, errOut := w.run("status", "--config", cfg, "--kubeconfig", w.c.Kubeconfig, "--discovery=false", "-o", "json")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		w.t.Fatalf("status -o json: %v\n%s\n%s", err, out, errOut)
+	}
+	var row map[string]any
+	for _, r := range rows {
+		if t, _ := r["target"].(string); strings.HasSuffix(t, target) {
+			row = r
+		}
+	}
+	return row
 }
 
 // config writes a config file of the registry's header and body, with

@@ -19,16 +19,8 @@ import (
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
-const platformGroup = `groups:
-  - name: multi
-    anchor: {kind: Deployment, namespace: {{ns}}, name: multi}
-    images:
-      - name: app
-        repository: {{reg}}/acme/multi
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: multi, container: app}
-`
+var platformGroup = e2e.Groups(e2e.GroupOf("multi", "Deployment", "multi",
+	e2e.ImageOf("app", "multi", "prod", e2e.Target("Deployment", "multi", "app"))))
 
 // pushIndex pushes an OCI index to repo:tag of nodeapp for build as the
 // linux/amd64 manifest (when amd64) and a random linux/arm64 image, and

@@ -113,18 +113,7 @@ func TestDistribution_R1_R20_WrongPasswordIsUnauthorizedAndNeverPinned(t *testin
 	if n := d.RegistryHeads("401"); n == 0 {
 		t.Errorf("Distribution did not refuse image-refresh's HEAD with 401; its log:\n%s", d.Dist.Log())
 	}
-	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
-		if got := d.Image(w[0], w[1]); got != pinned {
-			t.Errorf("%s/%s re-imaged to %s with wrong credentials, want it left on %s", w[0], w[1], got, pinned)
-		}
-	}
-	a := d.Annotations("jobs-manager")
-	if got := a[d.Key("last-refreshed-api-digest")]; got != old {
-		t.Errorf("record moved to %q with wrong credentials, want %q", got, old)
-	}
-	if got := a[d.Key("resolve-failure-streak-api")]; got != "1" {
-		t.Errorf("resolve-failure streak %q, want \"1\"", got)
-	}
+	d.AssertHeld("with wrong credentials", pinned, old)
 
 	// The secret is fixed: the next tick converges.
 	d.DockerConfigSecret("regcred", d.Dist.Host, d.Dist.User, distribution.Password, true)
@@ -161,18 +150,7 @@ func TestDistribution_R1_WithoutCAFileTheTLSFailureIsNeverPinned(t *testing.T) {
 	if after := strings.Count(d.Dist.Log(), "/v2/acme/api/manifests/prod"); after != before {
 		t.Errorf("a manifest request reached the registry over an untrusted connection (%d -> %d log lines)", before, after)
 	}
-	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
-		if got := d.Image(w[0], w[1]); got != pinned {
-			t.Errorf("%s/%s re-imaged to %s over an untrusted connection, want %s", w[0], w[1], got, pinned)
-		}
-	}
-	a := d.Annotations("jobs-manager")
-	if got := a[d.Key("last-refreshed-api-digest")]; got != old {
-		t.Errorf("record moved to %q without a trusted answer, want %q", got, old)
-	}
-	if got := a[d.Key("resolve-failure-streak-api")]; got != "1" {
-		t.Errorf("resolve-failure streak %q, want \"1\"", got)
-	}
+	d.AssertHeld("over an untrusted connection", pinned, old)
 
 	// caFile back: converges in one tick.
 	if code, _ := d.Tick(withCA); code != 0 {
@@ -207,18 +185,7 @@ func TestDistribution_R1_DeletedTagIsNotFoundAndNeverPinned(t *testing.T) {
 	if lines := e2e.LogLines(logs, "WARN", d.Repo(), "not-found", "HTTP 404"); len(lines) == 0 {
 		t.Errorf("no WARN line naming %s, not-found and HTTP 404:\n%s", d.Repo(), logs)
 	}
-	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
-		if got := d.Image(w[0], w[1]); got != pinned {
-			t.Errorf("%s/%s re-imaged to %s on a deleted tag, want it left on %s", w[0], w[1], got, pinned)
-		}
-	}
-	a := d.Annotations("jobs-manager")
-	if got := a[d.Key("last-refreshed-api-digest")]; got != old {
-		t.Errorf("record %q on a deleted tag, want %q", got, old)
-	}
-	if got := a[d.Key("resolve-failure-streak-api")]; got != "1" {
-		t.Errorf("resolve-failure streak %q, want \"1\"", got)
-	}
+	d.AssertHeld("on a deleted tag", pinned, old)
 
 	// The tag is published again: the next tick converges.
 	d.Dist.MustPush(t, "acme/api", "prod", img)

@@ -35,17 +35,8 @@ import (
 
 // killShape is one group on one image: the anchor Deployment web and the
 // DaemonSet agent (on every node).
-const killShape = `groups:
-  - name: fleet
-    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: web, container: app}
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: agent}
-`
+var killShape = e2e.Groups(e2e.GroupOf("fleet", "Deployment", "web",
+	e2e.ImageOf("api", "api", "prod", e2e.Target("Deployment", "web", "app"), e2e.Target("DaemonSet", "agent", "agent"))))
 
 // killRequest is one request the proxy saw.
 type killRequest struct {

@@ -60,15 +60,7 @@ func TestRun_C2_NewDigestReachesEveryTargetWithOneHeadPerInterval(t *testing.T) 
 		testenv.Deployment(t, e.C.Client, e.NS, name, testenv.WithContainer("app", tag), testenv.WithReplicas(1))
 		fmt.Fprintf(&targets, "          - {kind: Deployment, namespace: {{ns}}, name: %s, container: app}\n", name)
 	}
-	cfg := e.Config(`groups:
-  - name: fleet
-    anchor: {kind: Deployment, namespace: {{ns}}, name: anchor}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-` + targets.String())
+	cfg := e.Config(e2e.Groups(e2e.GroupOf("fleet", "Deployment", "anchor", e2e.ImageOf("api", "api", "prod"))) + targets.String())
 	e.Tick(cfg) // first observation: recorded
 	ctl := e.StartRun(cfg, "--poll-interval", "2s", "--poll-jitter", "0")
 	e.UntilDeployments(60*time.Second, "every target pinned to the first digest", func() bool {

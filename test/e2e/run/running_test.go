@@ -18,16 +18,8 @@ import (
 // N1 on the local cluster, whose nodes keep an image cache like kubelets:
 // the seed's incident. node-2 pulled :prod before the tag moved; a
 // DaemonSet (one pod per node) on :prod runs the old build there.
-const runningGroup = `groups:
-  - name: fleet
-    anchor: {kind: DaemonSet, namespace: {{ns}}, name: agent}
-    images:
-      - name: app
-        repository: {{reg}}/acme/app
-        tag: prod
-        targets:
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: app}
-`
+var runningGroup = e2e.Groups(e2e.GroupOf("fleet", "DaemonSet", "agent",
+	e2e.ImageOf("app", "app", "prod", e2e.Target("DaemonSet", "agent", "app"))))
 
 // statusRow runs `status -o json` and returns the row of the agent's app.
 func (e *env) agentRow(cfg string) map[string]any {

@@ -18,16 +18,8 @@ import (
 // stored). The group below has only the CronJob, as anchor and target, so
 // every path runs on it: the state annotations, the pin under
 // spec.jobTemplate, the digest change, the revert seen by `run`'s watch.
-const cronGroup = `groups:
-  - name: nightly
-    anchor: {kind: CronJob, namespace: {{ns}}, name: nightly}
-    images:
-      - name: job
-        repository: {{reg}}/acme/job
-        tag: prod
-        targets:
-          - {kind: CronJob, namespace: {{ns}}, name: nightly, container: job}
-`
+var cronGroup = e2e.Groups(e2e.GroupOf("nightly", "CronJob", "nightly",
+	e2e.ImageOf("job", "job", "prod", e2e.Target("CronJob", "nightly", "job"))))
 
 // cronImage is the image of container of CronJob name.
 func (e *env) cronImage(name, container string) string {

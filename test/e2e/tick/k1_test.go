@@ -10,22 +10,9 @@ import (
 
 // k1Group: a DaemonSet whose migration runs as an init container from the
 // app's own repo:prod, with an image volume of models.
-const k1Group = `groups:
-  - name: fleet
-    anchor: {kind: DaemonSet, namespace: {{ns}}, name: agent}
-    images:
-      - name: app
-        repository: {{reg}}/acme/app
-        tag: prod
-        targets:
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: app}
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: migrate}
-      - name: models
-        repository: {{reg}}/acme/models
-        tag: v1
-        targets:
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, volume: models}
-`
+var k1Group = e2e.Groups(e2e.GroupOf("fleet", "DaemonSet", "agent",
+	e2e.ImageOf("app", "app", "prod", e2e.Target("DaemonSet", "agent", "app"), e2e.Target("DaemonSet", "agent", "migrate")),
+	e2e.ImageOf("models", "models", "v1", e2e.VolumeTarget("DaemonSet", "agent", "models"))))
 
 // TestTick_K1_InitContainersAndImageVolumesArePinnedRepinnedAndChecked is
 // the seed's incident where it hurts most: node-2 cached an old :prod, so

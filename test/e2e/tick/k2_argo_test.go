@@ -11,22 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/image-refresh/image-refresh/test/support/e2e"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
 
 // k2RolloutGroup: an Argo Rollouts Rollout whose migration runs as an init
 // container from the app's repo:prod; the Rollout is the anchor.
-const k2RolloutGroup = testenv.RolloutKindYAML + `groups:
-  - name: web
-    anchor: {kind: Rollout, namespace: {{ns}}, name: web}
-    images:
-      - name: app
-        repository: {{reg}}/acme/app
-        tag: prod
-        targets:
-          - {kind: Rollout, namespace: {{ns}}, name: web, container: app}
-          - {kind: Rollout, namespace: {{ns}}, name: web, container: migrate}
-`
+var k2RolloutGroup = testenv.RolloutKindYAML + e2e.Groups(e2e.GroupOf("web", "Rollout", "web",
+	e2e.ImageOf("app", "app", "prod", e2e.Target("Rollout", "web", "app"), e2e.Target("Rollout", "web", "migrate"))))
 
 // untilRollout waits, on a watch of the Rollout, until cond holds.
 func (e *env) untilRollout(dyn dynamic.Interface, name, what string, cond func(*unstructured.Unstructured) bool) *unstructured.Unstructured {

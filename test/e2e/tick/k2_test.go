@@ -16,17 +16,8 @@ import (
 
 // k2Group: a PodSet (a kind the config declares) whose migration runs as
 // an init container from the app's repo:prod; the PodSet is the anchor.
-const k2Group = testenv.PodSetKindYAML + `groups:
-  - name: shop
-    anchor: {kind: PodSet, namespace: {{ns}}, name: shop}
-    images:
-      - name: app
-        repository: {{reg}}/acme/app
-        tag: prod
-        targets:
-          - {kind: PodSet, namespace: {{ns}}, name: shop, container: app}
-          - {kind: PodSet, namespace: {{ns}}, name: shop, container: migrate}
-`
+var k2Group = testenv.PodSetKindYAML + e2e.Groups(e2e.GroupOf("shop", "PodSet", "shop",
+	e2e.ImageOf("app", "app", "prod", e2e.Target("PodSet", "shop", "app"), e2e.Target("PodSet", "shop", "migrate"))))
 
 // podSetImages reads the PodSet's container and init container images.
 func podSetImages(t *testing.T, dyn dynamic.Interface, ns, name string) (app, migrate string, obj *unstructured.Unstructured) {

@@ -21,15 +21,7 @@ const opsGroup = `  - name: ops
 `
 
 // freshGroup is a group no tick has seen yet.
-const freshGroup = `  - name: fresh
-    anchor: {kind: Deployment, namespace: {{ns}}, name: web}
-    images:
-      - name: web
-        repository: {{reg}}/acme/web
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: web, container: web}
-`
+var freshGroup = e2e.OneGroup("fresh", "web", "web", "web")
 
 func TestStatus_ShowsEveryStateWithRemediation(t *testing.T) {
 	e := newEnv(t)

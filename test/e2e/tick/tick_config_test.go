@@ -107,16 +107,7 @@ func TestTick_R16_R17_OnlyImageFieldsChangeUnderTheImageRefreshManager(t *testin
 		testenv.WithContainer("api", tag), testenv.WithContainer("sidecar", "example.invalid/sidecar:v1"),
 		testenv.WithRecreate(), testenv.WithAnnotations(map[string]string{"team": "payments"}))
 	e.Settle("Deployment", "jobs-manager")
-	cfg := e.Config(`groups:
-  - name: control-plane
-    anchor: {kind: Deployment, namespace: {{ns}}, name: jobs-manager}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: jobs-manager, container: api}
-`)
+	cfg := e.Config("groups:\n" + e2e.OneGroup("control-plane", "api", "jobs-manager", "api"))
 	before := e.Deployment("jobs-manager")
 	for i := range 2 {
 		if code, _ := e.Tick(cfg); code != 0 {

@@ -298,18 +298,7 @@ func TestTick_R10_R13_NotReadyNodeCountsAttemptsToLockout(t *testing.T) {
 	testenv.DaemonSet(t, e.C.Client, e.NS, "agent", testenv.WithTolerateAll(), testenv.WithContainer("agent", e.Repo("agent")+":prod"))
 	e.Settle("Deployment", "anchor")
 	e.Settle("DaemonSet", "agent")
-	body := `rolloutTimeout: 3s
-maxRefreshAttempts: 2
-groups:
-  - name: agents
-    anchor: {kind: Deployment, namespace: {{ns}}, name: anchor}
-    images:
-      - name: agent
-        repository: {{reg}}/acme/agent
-        tag: prod
-        targets:
-          - {kind: DaemonSet, namespace: {{ns}}, name: agent, container: agent}
-`
+	body := "rolloutTimeout: 3s\nmaxRefreshAttempts: 2\n" + e2e.Groups(e2e.GroupOf("agents", "Deployment", "anchor", e2e.ImageOf("agent", "agent", "prod", e2e.Target("DaemonSet", "agent", "agent"))))
 	cfg := e.Config(body)
 	e.Tick(cfg) // first observation
 	// node-2 dies now, in the middle of the rollout the next tick starts: it

@@ -182,16 +182,7 @@ func TestTick_C2_OneHeadPerRepoTagPerTick(t *testing.T) {
 	testenv.Deployment(t, e.C.Client, e.NS, "worker-b", testenv.WithContainer("app", tag), testenv.WithReplicas(1))
 	e.Settle("Deployment", "worker-a")
 	e.Settle("Deployment", "worker-b")
-	cfg := e.Config(e2e.SeedShape + `  - name: workers
-    anchor: {kind: Deployment, namespace: {{ns}}, name: worker-a}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: worker-a, container: app}
-          - {kind: Deployment, namespace: {{ns}}, name: worker-b, container: app}
-`)
+	cfg := e.Config(e2e.SeedShape + e2e.GroupOf("workers", "Deployment", "worker-a", e2e.ImageOf("api", "api", "prod", e2e.Target("Deployment", "worker-a", "app"), e2e.Target("Deployment", "worker-b", "app"))))
 	// A digest is verified with one GET before it is first recorded (R1),
 	// and what it serves is read once (V3: its manifest by digest, and the
 	// config blob of a single image); after that a HEAD is enough.
@@ -224,7 +215,7 @@ func TestTick_C2_OneHeadPerRepoTagPerTick(t *testing.T) {
 // mirrorShape has jobs-manager on the configured registry and
 // requests-proxy on a mirror ({{mirror}}) that a webhook or an operator
 // pointed it at.
-const mirrorShape = `  - host: {{mirror}}
+var mirrorShape = `  - host: {{mirror}}
     insecure: true
 ` + e2e.SeedShape
 

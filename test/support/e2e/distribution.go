@@ -135,3 +135,22 @@ func (d *DistEnv) RegistryHeads(status string) int {
 	}
 	return n
 }
+
+// AssertHeld checks what a tick whose resolve failed (why: "with wrong
+// credentials", …) leaves: the seed's two targets on pinned, the record on
+// old and the resolve-failure streak at 1.
+func (d *DistEnv) AssertHeld(why, pinned, old string) {
+	d.T.Helper()
+	for _, w := range [][2]string{{"jobs-manager", "api"}, {"requests-proxy", "proxy"}} {
+		if got := d.Image(w[0], w[1]); got != pinned {
+			d.T.Errorf("%s/%s re-imaged to %s %s, want it left on %s", w[0], w[1], got, why, pinned)
+		}
+	}
+	a := d.Annotations("jobs-manager")
+	if got := a[d.Key("last-refreshed-api-digest")]; got != old {
+		d.T.Errorf("record moved to %q %s, want %q", got, why, old)
+	}
+	if got := a[d.Key("resolve-failure-streak-api")]; got != "1" {
+		d.T.Errorf("resolve-failure streak %q %s, want \"1\"", got, why)
+	}
+}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/image-refresh/image-refresh/internal/cli"
@@ -33,20 +32,6 @@ func (c *RunningController) KickedPasses(t *testing.T, e *Env, group, deploy str
 	c.WaitPasses(t, group, from, 1)
 	e.Kick(deploy)
 	return c.WaitPasses(t, group, from, 2)
-}
-
-// OneGroup is the config of one group whose anchor is deploy and whose one
-// image (repository acme/<image>:prod) has the one target deploy/container.
-func OneGroup(group, image, deploy, container string) string {
-	return fmt.Sprintf(`  - name: %s
-    anchor: {kind: Deployment, namespace: {{ns}}, name: %s}
-    images:
-      - name: %s
-        repository: {{reg}}/acme/%s
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: %s, container: %s}
-`, group, deploy, image, image, deploy, container)
 }
 
 // RunningController is one `image-refresh run` running in-process

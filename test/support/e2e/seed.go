@@ -6,17 +6,8 @@ import (
 
 // SeedShape is the seed's control plane: jobs-manager (anchor, container
 // api) and requests-proxy (container proxy) on one image.
-const SeedShape = `groups:
-  - name: control-plane
-    anchor: {kind: Deployment, namespace: {{ns}}, name: jobs-manager}
-    images:
-      - name: api
-        repository: {{reg}}/acme/api
-        tag: prod
-        targets:
-          - {kind: Deployment, namespace: {{ns}}, name: jobs-manager, container: api}
-          - {kind: Deployment, namespace: {{ns}}, name: requests-proxy, container: proxy}
-`
+var SeedShape = Groups(GroupOf("control-plane", "Deployment", "jobs-manager",
+	ImageOf("api", "api", "prod", Target("Deployment", "jobs-manager", "api"), Target("Deployment", "requests-proxy", "proxy"))))
 
 // Seed creates the seed's two Deployments on repo:prod and returns the
 // registry's digest for it.

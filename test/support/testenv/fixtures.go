@@ -181,11 +181,7 @@ func Deployment(t testing.TB, client kubernetes.Interface, ns, name string, opts
 	if s.Recreate {
 		d.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
 	}
-	out, err := client.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create Deployment %s/%s: %v", ns, name, err)
-	}
-	return out
+	return created(t, "Deployment", ns, name, client.AppsV1().Deployments(ns).Create, d)
 }
 
 // DaemonSet creates a DaemonSet and returns it.
@@ -194,11 +190,7 @@ func DaemonSet(t testing.TB, client kubernetes.Interface, ns, name string, opts 
 	_, meta, sel, tmpl := build(name, opts)
 	meta.Namespace = ns
 	ds := &appsv1.DaemonSet{ObjectMeta: meta, Spec: appsv1.DaemonSetSpec{Selector: sel, Template: tmpl}}
-	out, err := client.AppsV1().DaemonSets(ns).Create(context.Background(), ds, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create DaemonSet %s/%s: %v", ns, name, err)
-	}
-	return out
+	return created(t, "DaemonSet", ns, name, client.AppsV1().DaemonSets(ns).Create, ds)
 }
 
 // StatefulSet creates a StatefulSet and returns it.
@@ -210,11 +202,7 @@ func StatefulSet(t testing.TB, client kubernetes.Interface, ns, name string, opt
 		Replicas: &s.Replicas, Selector: sel, Template: tmpl, ServiceName: name,
 		PodManagementPolicy: appsv1.ParallelPodManagement,
 	}}
-	out, err := client.AppsV1().StatefulSets(ns).Create(context.Background(), st, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create StatefulSet %s/%s: %v", ns, name, err)
-	}
-	return out
+	return created(t, "StatefulSet", ns, name, client.AppsV1().StatefulSets(ns).Create, st)
 }
 
 // CronJob creates a CronJob whose schedule does not come round during a
@@ -229,11 +217,7 @@ func CronJob(t testing.TB, client kubernetes.Interface, ns, name string, opts ..
 		Schedule:    "0 0 1 1 *",
 		JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: tmpl}},
 	}}
-	out, err := client.BatchV1().CronJobs(ns).Create(context.Background(), cj, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create CronJob %s/%s: %v", ns, name, err)
-	}
-	return out
+	return created(t, "CronJob", ns, name, client.BatchV1().CronJobs(ns).Create, cj)
 }
 
 // Settled reads a workload and reports whether its rollout finished, using
@@ -267,4 +251,15 @@ func WaitSettled(ctx context.Context, client kubernetes.Interface, kind, ns, nam
 		return fmt.Errorf("%s %s/%s did not settle in %s: %s: %w", kind, ns, name, timeout, s.Reason, err)
 	}
 	return nil
+}
+
+// created creates obj, workload kind ns/name, with create and returns what
+// the API server stored; the test fails naming the workload if it cannot.
+func created[T any](t testing.TB, kind, ns, name string, create func(context.Context, T, metav1.CreateOptions) (T, error), obj T) T {
+	t.Helper()
+	out, err := create(context.Background(), obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create %s %s/%s: %v", kind, ns, name, err)
+	}
+	return out
 }
