@@ -1,6 +1,9 @@
 package workload
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,17 +21,18 @@ const internMax = 1 << 14
 // between objects: the annotation keys and values of a group (its
 // records, digests, generations), namespaces, images, container names,
 // field managers, the kept field sets and their times, which the API
-// decodes anew for every object, and the stripped container lists (issue
-// 38).
+// decodes anew for every object, and the stripped container lists and
+// managedFields entries (issue 38).
 var interned = struct {
 	sync.Mutex
 	strs       map[string]string
 	fields     map[string]*metav1.FieldsV1
 	times      map[time.Time]*metav1.Time
 	containers map[string][]corev1.Container
+	entries    map[string][]metav1.ManagedFieldsEntry
 }{
 	strs: map[string]string{}, fields: map[string]*metav1.FieldsV1{}, times: map[time.Time]*metav1.Time{},
-	containers: map[string][]corev1.Container{},
+	containers: map[string][]corev1.Container{}, entries: map[string][]metav1.ManagedFieldsEntry{},
 }
 
 // intern is s, or an equal string handed out before.
@@ -103,4 +107,39 @@ func internContainers(key string, build func() []corev1.Container) []corev1.Cont
 	}
 	interned.containers[key] = v
 	return v
+}
+
+// internEntries is es, or an equal list of managedFields entries handed
+// out before: the workloads one writer created or changed in the same
+// second (a chart's install, a pass's writes) have equal stripped entries.
+func internEntries(es []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
+	if len(es) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, e := range es {
+		for _, f := range []string{e.Manager, string(e.Operation), e.APIVersion, e.FieldsType, e.Subresource} {
+			key.WriteString(f)
+			key.WriteByte(0)
+		}
+		if e.Time != nil {
+			key.WriteString(strconv.FormatInt(e.Time.UnixNano(), 10))
+		}
+		key.WriteByte(0)
+		if e.FieldsV1 != nil {
+			key.Write(e.FieldsV1.Raw)
+		}
+		key.WriteByte(0)
+	}
+	interned.Lock()
+	defer interned.Unlock()
+	if v, ok := interned.entries[key.String()]; ok {
+		return v
+	}
+	if len(interned.entries) >= internMax {
+		clear(interned.entries)
+	}
+	es = slices.Clip(es)
+	interned.entries[key.String()] = es
+	return es
 }

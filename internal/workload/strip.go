@@ -36,7 +36,8 @@ import (
 //     Every annotation write is a merge patch of the keys it sets, so a
 //     dropped key is never written back or lost;
 //   - the settled guard (R4): generation, replicas, a StatefulSet's
-//     updateStrategy type, the status's counts and revisions, and of its
+//     updateStrategy type, the status's replica counts and revisions (not
+//     the collision count), and of its
 //     conditions only the one it reads, a Deployment's failed rollout
 //     (ProgressDeadlineExceeded); a CronJob's status is not read at all,
 //     nor a Deployment's or DaemonSet's rollout parameters (strategy,
@@ -64,21 +65,21 @@ func strip(keep func(string) bool, in any) any {
 	case *appsv1.Deployment:
 		k, _ := KindOf(o)
 		out := &appsv1.Deployment{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, keep, &o.ObjectMeta), Status: o.Status}
-		out.Status.Conditions = failedRollout(o.Status.Conditions)
+		out.Status.Conditions, out.Status.CollisionCount = failedRollout(o.Status.Conditions), nil
 		s := &o.Spec
 		out.Spec = appsv1.DeploymentSpec{Replicas: s.Replicas, Selector: s.Selector, Template: stripTemplate(&s.Template)}
 		return out
 	case *appsv1.DaemonSet:
 		k, _ := KindOf(o)
 		out := &appsv1.DaemonSet{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, keep, &o.ObjectMeta), Status: o.Status}
-		out.Status.Conditions = nil
+		out.Status.Conditions, out.Status.CollisionCount = nil, nil
 		s := &o.Spec
 		out.Spec = appsv1.DaemonSetSpec{Selector: s.Selector, Template: stripTemplate(&s.Template)}
 		return out
 	case *appsv1.StatefulSet:
 		k, _ := KindOf(o)
 		out := &appsv1.StatefulSet{TypeMeta: o.TypeMeta, ObjectMeta: stripMeta(k, keep, &o.ObjectMeta), Status: o.Status}
-		out.Status.Conditions = nil
+		out.Status.Conditions, out.Status.CollisionCount = nil, nil
 		s := &o.Spec
 		out.Spec = appsv1.StatefulSetSpec{
 			Replicas: s.Replicas, Selector: s.Selector, Template: stripTemplate(&s.Template),
@@ -214,7 +215,7 @@ func stripManagedFields(k *Kind, keep func(string) bool, entries []metav1.Manage
 		e.Time, e.FieldsV1 = internTime(e.Time), internFields(raw)
 		out = append(out, e)
 	}
-	return out
+	return internEntries(out)
 }
 
 // The parts of a FieldsV1 set that name a writer, decoded in one pass
