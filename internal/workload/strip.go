@@ -44,15 +44,16 @@ import (
 //     paused, minReadySeconds, progressDeadlineSeconds);
 //   - the managedFields entries, and within them only the fields, that
 //     name a writer: of an image of the pod template (imageManagers: N1,
-//     O2, C5, R7, R17), of an annotation (AnnotationManager: O1);
+//     O2, C5, R7, R17), of a kept annotation (AnnotationManager: O1);
 //   - discovery (D1) and the watches' predicates: the labels and
 //     annotations under prefix, and the images;
 //   - where the pods may run (V3): nodeSelector, affinity, tolerations and
 //     os; and each container's restartPolicy (a native sidecar).
 //
 // The strings every object of a group repeats (annotation keys and values,
-// images, container names, managers, the kept field sets) are shared
-// between the cached objects (intern).
+// namespaces, images, container names, managers, the kept field sets and
+// their times) and equal container and managedFields lists are shared
+// between the cached objects (intern.go).
 func StripWorkload(prefix string) func(any) (any, error) {
 	keep := func(key string) bool {
 		return strings.HasPrefix(key, prefix+"/") || slices.Contains(gitops.TrackingKeys, key)
