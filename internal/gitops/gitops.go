@@ -36,6 +36,11 @@ const (
 	HelmNS           = "helm.toolkit.fluxcd.io/namespace"
 )
 
+// TrackingKeys are the labels and annotations Identify reads: a cache that
+// keeps of a workload's metadata only what the rules read keeps these
+// (workload.StripWorkload).
+var TrackingKeys = []string{ArgoTrackingID, ArgoInstance, KustomizeName, KustomizeNS, HelmName, HelmNS}
+
 // Writer is a GitOps controller that wrote a workload, and what to change
 // in it so that it stops putting the bare tag back.
 type Writer struct {

@@ -95,7 +95,7 @@ func NewManager(rc *rest.Config, r *pass.Runner, o Options) (*Manager, error) {
 	}
 	c := New(r, newPoller(r, o), o.PollInterval, o.FightMaxRounds, o.FightWindow)
 	namespaces, byObject := cacheScope(r.Config, o.Discovery)
-	mgr, err := ctrl.NewManager(rc, managerOptions(o, namespaces, byObject))
+	mgr, err := ctrl.NewManager(rc, managerOptions(o, r.Config.AnnotationPrefix, namespaces, byObject))
 	if err != nil {
 		return nil, fmt.Errorf("start the controller manager: %w", err)
 	}
@@ -201,7 +201,7 @@ func serviceAccountCache(configured map[string]cache.Config, d *Discovery) cache
 // managerOptions are the controller-runtime options of `run`: the cache
 // scope, the endpoints ("" and "0" disable one), and leader election
 // through a Lease (C3).
-func managerOptions(o Options, namespaces map[string]cache.Config, byObject map[client.Object]cache.ByObject) ctrl.Options {
+func managerOptions(o Options, prefix string, namespaces map[string]cache.Config, byObject map[client.Object]cache.ByObject) ctrl.Options {
 	lease := o.LeaseDuration
 	if lease <= 0 {
 		lease = DefaultLeaseDuration
@@ -219,7 +219,7 @@ func managerOptions(o Options, namespaces map[string]cache.Config, byObject map[
 	return ctrl.Options{
 		Scheme:                        scheme.Scheme,
 		MapperProvider:                rememberingMapperProvider,
-		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject, DefaultTransform: workload.StripWorkload},
+		Cache:                         cache.Options{DefaultNamespaces: namespaces, ByObject: byObject, DefaultTransform: workload.StripWorkload(prefix)},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        healthAddr,
 		LeaderElection:                o.LeaderElect,
@@ -240,7 +240,7 @@ func managerOptions(o Options, namespaces map[string]cache.Config, byObject map[
 // It returns the reader of the workloads: the manager's cache, and the
 // labelled namespaces' caches.
 func addDiscovery(mgr ctrl.Manager, rc *rest.Config, c *Controller, namespaces map[string]cache.Config, d *Discovery) (client.Reader, error) {
-	nc := discoverer.NewCaches(rc, mgr, slices.Collect(maps.Keys(namespaces)), c.watchNamespaceCache)
+	nc := discoverer.NewCaches(rc, mgr, c.Runner.Config.AnnotationPrefix, slices.Collect(maps.Keys(namespaces)), c.watchNamespaceCache)
 	c.discovery, c.api = d, mgr.GetAPIReader()
 	r := c.Runner
 	disc := discoverer.New(nc, c, discoverer.Options{

@@ -16,12 +16,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/image-refresh/image-refresh/internal/discovery"
 	"github.com/image-refresh/image-refresh/internal/gitops"
+	"github.com/image-refresh/image-refresh/internal/state"
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/testenv"
 )
@@ -50,6 +52,11 @@ func richWorkload(t *testing.T, kube kubernetes.Interface, ns, kind, name string
 		testenv.WithAnnotations(map[string]string{
 			stripPrefix + "/record.app": "registry.test/acme/app:prod@" + digestB,
 			gitops.ArgoTrackingID:       "shop:apps/Deployment:" + ns + "/" + name,
+			// Flux's tracking in annotations (meta reads the labels,
+			// then these); the labels have it in the fight test below.
+			gitops.KustomizeName: "apps", gitops.KustomizeNS: "flux-system",
+			// Helm's own, which no rule reads.
+			"meta.helm.sh/release-name": "shop",
 			// kubectl's copy of the manifest, which nothing reads.
 			corev1.LastAppliedConfigAnnotation: `{"apiVersion":"v1","kind":"` + kind + `","metadata":{"name":"` + name + `"},"spec":{"template":{"spec":{"containers":[{"name":"app","image":"registry.test/acme/app:prod","resources":{"limits":{"cpu":"1","memory":"1Gi"}}}]}}}}`,
 		}),
@@ -149,7 +156,7 @@ func richWorkload(t *testing.T, kube kubernetes.Interface, ns, kind, name string
 func stripped(t *testing.T, obj client.Object) client.Object {
 	t.Helper()
 	before := obj.DeepCopyObject()
-	out, err := workload.StripWorkload(obj)
+	out, err := workload.StripWorkload(stripPrefix)(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,14 +178,41 @@ func sameReads(t *testing.T, orig, s client.Object) {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("snapshot: %v / %v", err1, err2)
 	}
-	// kubectl's last-applied-configuration is the one annotation the
-	// strip drops: no rule reads it.
-	delete(o1.Annotations, corev1.LastAppliedConfigAnnotation)
-	if a, b := workload.WithoutManagedFields(o1), workload.WithoutManagedFields(o2); !reflect.DeepEqual(a, b) {
+	// The labels and annotations, key by key below: of them the copy
+	// keeps those the rules read.
+	if a, b := withoutMetadataMaps(workload.WithoutManagedFields(o1)), withoutMetadataMaps(workload.WithoutManagedFields(o2)); !reflect.DeepEqual(a, b) {
 		t.Errorf("the Object differs:\noriginal %+v\nstripped %+v", a, b)
 	}
-	// O1: the writer of every annotation.
+	// Every key under the prefix: the state (state.Keys), the suspension,
+	// discovery's keys (D1), of the labels and the annotations, as
+	// FromObject reads them and as the object holds them.
+	for _, m := range []struct {
+		what       string
+		orig, copy map[string]string
+	}{
+		{"Object.Annotations", o1.Annotations, o2.Annotations}, {"Object.Labels", o1.Labels, o2.Labels},
+		{"annotations", orig.GetAnnotations(), s.GetAnnotations()}, {"labels", orig.GetLabels(), s.GetLabels()},
+	} {
+		for key, v := range m.orig {
+			if !strings.HasPrefix(key, stripPrefix+"/") {
+				continue
+			}
+			if got, ok := m.copy[key]; !ok || got != v {
+				t.Errorf("%s[%s]: original %q, stripped %q (kept %v)", m.what, key, v, got, ok)
+			}
+		}
+	}
+	// D1: the cache's label selector of the labelled workloads.
+	sel := discovery.Selector(state.Keys{Prefix: stripPrefix})
+	if a, b := sel.Matches(labels.Set(orig.GetLabels())), sel.Matches(labels.Set(s.GetLabels())); a != b {
+		t.Errorf("discovery's selector %s: matches the original %v, the stripped copy %v", sel, a, b)
+	}
+	// O1: the writer of every annotation under the prefix (the
+	// suspension's is the one a rule asks about).
 	for key := range orig.GetAnnotations() {
+		if !strings.HasPrefix(key, stripPrefix+"/") {
+			continue
+		}
 		if a, b := o1.AnnotationManager(key), o2.AnnotationManager(key); a != b {
 			t.Errorf("AnnotationManager(%s): original %q, stripped %q", key, a, b)
 		}
@@ -194,12 +228,22 @@ func sameReads(t *testing.T, orig, s client.Object) {
 	if a, b := workload.SettlednessOf(orig), workload.SettlednessOf(s); !reflect.DeepEqual(a, b) {
 		t.Errorf("SettlednessOf: original %+v, stripped %+v", a, b)
 	}
-	// O2: the GitOps writer of every image.
+	// O2: the GitOps writer of every image, and what each tool's write
+	// would be named by (its tracking labels and annotations).
+	managers := []string{"argocd-controller", "argocd-application-controller", gitops.KustomizeManager, gitops.HelmManager}
 	for _, c := range o1.Containers {
-		w1, ok1 := gitops.Identify(c.ImageManager, orig.GetLabels(), orig.GetAnnotations())
-		w2, ok2 := gitops.Identify(c.ImageManager, s.GetLabels(), s.GetAnnotations())
+		managers = append(managers, c.ImageManager)
+	}
+	for _, m := range managers {
+		w1, ok1 := gitops.Identify(m, orig.GetLabels(), orig.GetAnnotations())
+		w2, ok2 := gitops.Identify(m, s.GetLabels(), s.GetAnnotations())
 		if w1 != w2 || ok1 != ok2 {
-			t.Errorf("gitops.Identify of %s: original %+v %v, stripped %+v %v", c.Name, w1, ok1, w2, ok2)
+			t.Errorf("gitops.Identify of a write by %s: original %+v %v, stripped %+v %v", m, w1, ok1, w2, ok2)
+		}
+		// The same through FromObject's maps, which the passes read.
+		w3, ok3 := gitops.Identify(m, o2.Labels, o2.Annotations)
+		if w1 != w3 || ok1 != ok3 {
+			t.Errorf("gitops.Identify of a write by %s: original %+v %v, the stripped Object %+v %v", m, w1, ok1, w3, ok3)
 		}
 	}
 	// D1: what discovery makes of it.
@@ -219,6 +263,14 @@ func sameReads(t *testing.T, orig, s client.Object) {
 			t.Errorf("init container %s: restartPolicy differs", p1.InitContainers[i].Name)
 		}
 	}
+}
+
+// withoutMetadataMaps is o without its labels and annotations, which
+// sameReads compares key by key.
+func withoutMetadataMaps(o *workload.Object) *workload.Object {
+	c := *o
+	c.Labels, c.Annotations = nil, nil
+	return &c
 }
 
 // TestStripWorkload_N1_O1_O2_C5_R4_R17_R20_D1_K1_TheCacheKeepsWhatTheRulesRead:
@@ -272,11 +324,40 @@ func TestStripWorkload_N1_O1_O2_C5_R4_R17_R20_D1_K1_TheCacheKeepsWhatTheRulesRea
 					}
 				}
 			}
-			if _, ok := orig.GetAnnotations()[corev1.LastAppliedConfigAnnotation]; !ok {
-				t.Errorf("the object has no last-applied-configuration to drop")
+			// Of the labels and annotations, the keys under the prefix
+			// and the GitOps tools' tracking keys are kept; the others
+			// (testenv's app label, Helm's release name, kubectl's
+			// last-applied-configuration), which no rule reads, are not.
+			for _, m := range []struct {
+				what       string
+				orig, copy map[string]string
+				kept       []string
+				dropped    []string
+			}{
+				{"annotation", orig.GetAnnotations(), s.GetAnnotations(),
+					[]string{stripPrefix + "/record.app", stripPrefix + "/suspend", gitops.ArgoTrackingID, gitops.KustomizeName, gitops.KustomizeNS},
+					[]string{corev1.LastAppliedConfigAnnotation, "meta.helm.sh/release-name"}},
+				{"label", orig.GetLabels(), s.GetLabels(),
+					[]string{stripPrefix + "/enabled", stripPrefix + "/group", gitops.ArgoInstance}, []string{"app"}},
+			} {
+				for _, key := range slices.Concat(m.kept, m.dropped) {
+					if _, ok := m.orig[key]; !ok {
+						t.Errorf("the object has no %s %s", m.what, key)
+					}
+				}
+				for _, key := range m.kept {
+					if _, ok := m.copy[key]; !ok {
+						t.Errorf("stripped: %s %s dropped", m.what, key)
+					}
+				}
+				for _, key := range m.dropped {
+					if _, ok := m.copy[key]; ok {
+						t.Errorf("stripped: %s %s kept, which no rule reads", m.what, key)
+					}
+				}
 			}
-			if _, ok := s.GetAnnotations()[corev1.LastAppliedConfigAnnotation]; ok {
-				t.Errorf("stripped: kubectl's last-applied-configuration kept")
+			if w, ok := gitops.Identify(gitops.KustomizeManager, obj.Labels, obj.Annotations); !ok || w.App != "Kustomization flux-system/apps" {
+				t.Errorf("stripped: Flux's Kustomization %+v %v, want Kustomization flux-system/apps", w, ok)
 			}
 			if d, ok := orig.(*appsv1.Deployment); ok {
 				if len(d.Status.Conditions) == 0 {
@@ -377,7 +458,7 @@ func TestStripWorkload_K2_OtherObjectsPassUnchanged(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}}}, Data: map[string]string{"a": "b"}}
 	for _, in := range []any{u, cm} {
 		before := in.(client.Object).DeepCopyObject()
-		out, err := workload.StripWorkload(in)
+		out, err := workload.StripWorkload(stripPrefix)(in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +469,7 @@ func TestStripWorkload_K2_OtherObjectsPassUnchanged(t *testing.T) {
 	// The same transform strips a Deployment (the check above ran on the
 	// right function).
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}}}
-	out, _ := workload.StripWorkload(d)
+	out, _ := workload.StripWorkload(stripPrefix)(d)
 	if got := out.(*appsv1.Deployment).ManagedFields; len(got) != 0 {
 		t.Errorf("a Deployment's entry that owns no image kept: %v", got)
 	}
@@ -514,5 +595,62 @@ func TestStripWorkload_O2_C5_AGitOpsFightReadsTheSame(t *testing.T) {
 			}
 			check("the settled re-pin", pinned, workload.FieldManager)
 		})
+	}
+}
+
+// TestStripWorkload_K1_EqualContainerListsAreSharedAndOthersKeepTheirOwn:
+// the stripped copies of workloads whose containers have the same names,
+// images and restart policies share one list (a container is about 700
+// bytes), and a copy whose list differs in any of them reads its own.
+func TestStripWorkload_K1_EqualContainerListsAreSharedAndOthersKeepTheirOwn(t *testing.T) {
+	t.Parallel()
+	always := corev1.ContainerRestartPolicyAlways
+	deployment := func(name string, init []corev1.Container, containers ...corev1.Container) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"}}
+		d.Spec.Template.Spec.Containers, d.Spec.Template.Spec.InitContainers = containers, init
+		return d
+	}
+	app := corev1.Container{Name: "app", Image: "registry.test/acme/app:prod", Args: []string{"--serve"}}
+	mesh := corev1.Container{Name: "mesh", Image: "registry.test/acme/mesh:1.2", RestartPolicy: &always}
+	objs := map[string]*appsv1.Deployment{
+		"a":          deployment("a", []corev1.Container{mesh}, app),
+		"b":          deployment("b", []corev1.Container{mesh}, app),
+		"other tag":  deployment("c", nil, corev1.Container{Name: "app", Image: "registry.test/acme/app:canary"}),
+		"other name": deployment("d", nil, corev1.Container{Name: "web", Image: "registry.test/acme/app:prod"}),
+		"no policy":  deployment("e", []corev1.Container{{Name: "mesh", Image: "registry.test/acme/mesh:1.2"}}),
+		"two":        deployment("f", nil, app, app),
+	}
+	out := map[string]*appsv1.Deployment{}
+	for name, d := range objs {
+		s, err := workload.StripWorkload(stripPrefix)(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = s.(*appsv1.Deployment)
+	}
+	spec := func(name string) *corev1.PodSpec { return &out[name].Spec.Template.Spec }
+	if &spec("a").Containers[0] != &spec("b").Containers[0] || &spec("a").InitContainers[0] != &spec("b").InitContainers[0] {
+		t.Errorf("equal container lists not shared")
+	}
+	if spec("a").Containers[0].Args != nil {
+		t.Errorf("stripped container keeps its args: %+v", spec("a").Containers[0])
+	}
+	for name, d := range objs {
+		if !workload.SameImages(workload.PodSpec(d), workload.PodSpec(out[name])) {
+			t.Errorf("%s: images differ: %+v, stripped %+v", name, d.Spec.Template.Spec, *spec(name))
+		}
+		for i, c := range d.Spec.Template.Spec.InitContainers {
+			if got := spec(name).InitContainers[i]; got.Name != c.Name || got.Image != c.Image || !reflect.DeepEqual(got.RestartPolicy, c.RestartPolicy) {
+				t.Errorf("%s: init container %d %+v, want %s %s %v", name, i, got, c.Name, c.Image, c.RestartPolicy)
+			}
+		}
+		for i, c := range d.Spec.Template.Spec.Containers {
+			if got := spec(name).Containers[i]; got.Name != c.Name || got.Image != c.Image {
+				t.Errorf("%s: container %d %+v, want %s %s", name, i, got, c.Name, c.Image)
+			}
+		}
+	}
+	if len(spec("two").Containers) != 2 {
+		t.Errorf("two containers stripped to %d", len(spec("two").Containers))
 	}
 }

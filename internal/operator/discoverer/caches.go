@@ -34,6 +34,7 @@ type Caches struct {
 	main       cache.Cache
 	api        client.Reader
 	covered    map[string]bool // namespaces the manager's cache holds whole (configured)
+	strip      func(any) (any, error)
 	// watch adds the group controller's watches on a new cache; trigger
 	// adds the handlers that start a discovery pass (the Discoverer's).
 	watch   func(c cache.Cache) error
@@ -53,12 +54,15 @@ type namespaceCache struct {
 }
 
 // NewCaches builds the router of mgr's workload reads (rc: mgr's REST
-// config). covered are the namespaces the manager's cache holds whole
-// (the configured ones); watch adds the group controller's watches on the
+// config). prefix is the config's annotation prefix, whose keys the
+// caches keep of the workloads' labels and annotations
+// (workload.StripWorkload); covered are the namespaces the manager's cache
+// holds whole (the configured ones); watch adds the group controller's watches on the
 // cache of a labelled namespace, once this replica leads.
-func NewCaches(rc *rest.Config, mgr manager.Manager, covered []string, watch func(cache.Cache) error) *Caches {
+func NewCaches(rc *rest.Config, mgr manager.Manager, prefix string, covered []string, watch func(cache.Cache) error) *Caches {
 	n := &Caches{
-		rc: rc, scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(), httpClient: mgr.GetHTTPClient(),
+		strip: workload.StripWorkload(prefix),
+		rc:    rc, scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(), httpClient: mgr.GetHTTPClient(),
 		main: mgr.GetCache(), api: mgr.GetAPIReader(), covered: map[string]bool{},
 		watch: watch, caches: map[string]*namespaceCache{},
 	}
@@ -122,7 +126,7 @@ func (n *Caches) sync(ctx context.Context, labelled map[string]bool, leading boo
 			Scheme: n.scheme, Mapper: n.mapper, HTTPClient: n.httpClient,
 			DefaultNamespaces: map[string]cache.Config{ns: {}},
 			ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: workload.StripPod}},
-			DefaultTransform:  workload.StripWorkload, // the workloads: what the rules read
+			DefaultTransform:  n.strip, // the workloads: what the rules read
 		})
 		if err != nil {
 			return fmt.Errorf("cache of namespace %s: %w", ns, err)
