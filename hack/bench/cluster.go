@@ -16,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/image-refresh/image-refresh/internal/workload"
 	"github.com/image-refresh/image-refresh/test/support/localcluster"
@@ -190,51 +188,85 @@ func (w *world) createDeployments(ctx context.Context, ds []*appsv1.Deployment, 
 }
 
 // startObserver stands in for the deployment controller on a cluster
-// without one (largeCluster): it watches every Deployment (a stream, no
-// cache, so the bench process's memory stays the controller's) and writes
-// the zero-replica status of each whose generation is not yet observed: a
-// new one, a revert, and the annotation writes of the controller under
-// test, which bump a Deployment's generation too. 16 writes at a time.
+// without one (largeCluster): it lists and then watches every Deployment
+// (a stream, no cache, so the bench process's memory stays the
+// controller's) and writes the zero-replica status of each whose
+// generation is not yet observed: a new one, a revert, and the annotation
+// writes of the controller under test, which bump a Deployment's
+// generation too. 16 writes at a time; the watch never waits for them (a
+// watch that falls behind is closed by the apiserver), and when it ends
+// (closed, or its resourceVersion compacted) the loop lists again.
 func (w *world) startObserver(ctx context.Context) error {
-	list, err := w.bulk.AppsV1().Deployments("").List(ctx, metav1.ListOptions{Limit: 1})
-	if err != nil {
+	deployments := w.bulk.AppsV1().Deployments("")
+	if _, err := deployments.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return err
 	}
-	rw, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return w.bulk.AppsV1().Deployments("").Watch(ctx, o)
-		},
-	})
-	if err != nil {
-		return err
-	}
-	jobs := make(chan *appsv1.Deployment, 1024)
+	jobs := make(chan *appsv1.Deployment, 1<<18)
 	for range 16 {
 		go func() {
 			for d := range jobs {
 				err := w.writeZeroStatus(ctx, d)
-				if apierrors.IsConflict(err) { // written again since: its event follows
+				if apierrors.IsConflict(err) || apierrors.IsNotFound(err) { // written again since: its event follows
 					continue
 				}
-				if err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+				if err != nil && ctx.Err() == nil {
 					progress("observer: %v", err)
 				}
 			}
 		}()
 	}
+	unobserved := func(d *appsv1.Deployment) bool {
+		return d.Status.ObservedGeneration < d.Generation && d.Spec.Replicas != nil && *d.Spec.Replicas == 0
+	}
+	send := func(d *appsv1.Deployment) bool {
+		select {
+		case jobs <- d:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	go func() {
 		defer close(jobs)
-		defer rw.Stop()
-		for ev := range rw.ResultChan() {
-			d, ok := ev.Object.(*appsv1.Deployment)
-			if !ok || ev.Type == watch.Deleted || d.Status.ObservedGeneration >= d.Generation || d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
+		for ctx.Err() == nil {
+			rv, cont := "", ""
+			for {
+				// From the apiserver's watch cache (resourceVersion 0):
+				// a paged list from etcd of 100,000 takes minutes on
+				// a loaded machine, and its resourceVersion is then
+				// compacted before the watch starts.
+				l, err := deployments.List(ctx, metav1.ListOptions{ResourceVersion: "0", Continue: cont})
+				if err != nil {
+					if ctx.Err() == nil {
+						progress("observer: list: %v", err)
+						time.Sleep(time.Second)
+					}
+					rv = ""
+					break
+				}
+				for i := range l.Items {
+					if unobserved(&l.Items[i]) && !send(&l.Items[i]) {
+						return
+					}
+				}
+				if rv, cont = l.ResourceVersion, l.Continue; cont == "" {
+					break
+				}
+			}
+			if rv == "" {
 				continue
 			}
-			select {
-			case jobs <- d:
-			case <-ctx.Done():
-				return
+			wi, err := deployments.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			if err != nil {
+				continue
 			}
+			for ev := range wi.ResultChan() {
+				if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Deleted && unobserved(d) && !send(d) {
+					wi.Stop()
+					return
+				}
+			}
+			wi.Stop()
 		}
 	}()
 	return nil
