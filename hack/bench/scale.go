@@ -318,7 +318,7 @@ func scaleLive(ctx context.Context, w *world, gs []group, digests map[string]str
 		row{fmt.Sprintf("revert → re-pin, p50 / p99, %d workloads", n), pairP(total), span(total), nr,
 			fmt.Sprintf("revert write returned → stored spec back on the digest (watch); one non-anchor target of a different group each time, the controller running over all %s, --workers %d", what, operator.DefaultWorkers)},
 		row{fmt.Sprintf("  API requests per revert, %d workloads", n), requests, "–", nr,
-			fmt.Sprintf("the controller's requests by verb and resource over the series (the re-pin and the passes the revert's rollout events start), divided by the reverts; writes per revert %s; passes per revert %s", writes, fmtNum(passes))},
+			fmt.Sprintf("the controller's requests by verb and resource over the series (the re-pin and the passes the revert's rollout events start), divided by the reverts; writes per revert %s; passes per revert %s (every pass of the controller during the series, its polls of all groups every %s included)", writes, fmtNum(passes), steadyInterval)},
 	)
 	return rows, nil
 }
