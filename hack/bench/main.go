@@ -23,7 +23,11 @@
 //     workloads (the scale phase adds 1,000);
 //  6. scale: -workloads (default 10,000) zero-replica workloads: steady
 //     state over the first 1,000, manager start → caches synced, a full
-//     resync pass and its API requests, process memory;
+//     resync pass and its API requests, process memory; then one
+//     controller over all of them: steady state over all, and revert →
+//     re-pin over -scale-reverts reverts with the API requests per revert.
+//     -large-cluster sizes the cluster for 100,000 (`make bench-100k`;
+//     largeCluster in cluster.go says how and why);
 //  7. soak (not in the default phases; `make soak`): -workloads
 //     Deployments under -soak-for of seeded random reverts, digest pushes,
 //     registry 5xx/429 bursts and one kube-apiserver restart, then checks
@@ -37,6 +41,7 @@
 //
 //	go run ./hack/bench [-bin-dir DIR] [-reverts 100] [-workloads 10000] [-phases latency,stuck,propagate,promote,promote-across,registry,pollcost,steady,scale]
 //	go run ./hack/bench -phases soak -soak-for 20m -workloads 500 -seed 1
+//	go run ./hack/bench -phases scale -workloads 100000 -resync-runs 2 -create-workers 64 -large-cluster
 package main
 
 import (
@@ -75,6 +80,9 @@ type options struct {
 	resyncProfile          string
 	heapProfile            string
 	latencyProfile         string
+	scaleReverts           int
+	createWorkers          int
+	largeCluster           bool
 }
 
 func main() {
@@ -105,6 +113,9 @@ func main() {
 	flag.StringVar(&o.resyncProfile, "resync-cpuprofile", "", "write a CPU profile of the scale phase's last resync pass to this file")
 	flag.StringVar(&o.heapProfile, "scale-heapprofile", "", "write a heap profile of the scale phase's last controller, after its first passes and a GC, to this file (go tool pprof -sample_index=inuse_space)")
 	flag.StringVar(&o.latencyProfile, "latency-cpuprofile", "", "write a CPU profile of the latency phase's revert series to this file")
+	flag.IntVar(&o.scaleReverts, "scale-reverts", 30, "reverts timed in the scale phase, over all -workloads, with the controller running over them")
+	flag.IntVar(&o.createWorkers, "create-workers", 16, "Deployments the scale phase creates at a time")
+	flag.BoolVar(&o.largeCluster, "large-cluster", false, "size the local cluster for 100,000 workloads: etcd quota 8 GiB, apiserver in-flight limits, kube-controller-manager 2000 QPS and 50 deployment/ReplicaSet workers (`make bench-100k`)")
 	flag.BoolVar(&o.keepRunDir, "keep-run-dir", false, "keep the run directory (cluster logs, controller.log) after a successful run")
 	flag.Parse()
 
@@ -134,7 +145,7 @@ func run(ctx context.Context, o options) int {
 		progress("%v", err)
 		return 1
 	}
-	w, err := startWorld(ctx, o.binDir, runDir)
+	w, err := startWorld(ctx, o.binDir, runDir, o.largeCluster)
 	if err != nil {
 		progress("%v", err)
 		return 1
@@ -156,7 +167,8 @@ func run(ctx context.Context, o options) int {
 		case "steady":
 			got, err = measureSteady(ctx, w, o.steadyInterval, o.steadyFor)
 		case "scale":
-			got, err = measureScale(ctx, w, o.workloads, o.resyncRuns, o.steadyInterval, o.steadyFor, o.resyncProfile, o.heapProfile)
+			got, err = measureScale(ctx, w, scaleOptions{workloads: o.workloads, runs: o.resyncRuns, reverts: o.scaleReverts,
+				steadyInterval: o.steadyInterval, steadyFor: o.steadyFor, profile: o.resyncProfile, heapProfile: o.heapProfile, createWorkers: o.createWorkers})
 		case "stuck":
 			got, err = measureStuck(ctx, w, o.stuckReverts)
 		case "propagate":

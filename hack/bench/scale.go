@@ -12,6 +12,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/image-refresh/image-refresh/internal/operator"
 )
 
 // scaleGroupSize is the number of targets per group in the scale phase;
@@ -29,7 +31,9 @@ const scaleGroupSize = 100
 // workqueue does on a resync) is timed with its API requests counted.
 // With profile set, the last run's resync pass is CPU-profiled into that
 // file; with heapProfile set, the last run's heap after its first passes.
-func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, steadyFor time.Duration, profile, heapProfile string) ([]row, error) {
+// Last, scaleLive: steady state and reverts with one controller over all n.
+func measureScale(ctx context.Context, w *world, o scaleOptions) ([]row, error) {
+	n, runs, steadyInterval, steadyFor, profile, heapProfile := o.workloads, o.runs, o.steadyInterval, o.steadyFor, o.profile, o.heapProfile
 	ngroups := max(1, n/scaleGroupSize)
 	per := min(n, scaleGroupSize)
 	n = per * ngroups
@@ -71,8 +75,8 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 	if err != nil {
 		return nil, err
 	}
-	progress("scale: creating %d Deployments (replicas 0), 16 at a time", len(ds))
-	if err := w.createDeployments(ctx, ds, 16); err != nil {
+	progress("scale: creating %d Deployments (replicas 0), %d at a time", len(ds), o.createWorkers)
+	if err := w.createDeployments(ctx, ds, o.createWorkers); err != nil {
 		return nil, err
 	}
 	if err := w.waitSettled(ctx, namespaces[:1], nil, 10*time.Minute); err != nil {
@@ -86,15 +90,17 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 
 	// The rest.
 	created := time.Now()
+	var createOnly time.Duration
 	if ngroups > first {
 		ds, err := deployments(gs[first:])
 		if err != nil {
 			return nil, err
 		}
-		progress("scale: creating %d more Deployments (replicas 0), 16 at a time", len(ds))
-		if err := w.createDeployments(ctx, ds, 16); err != nil {
+		progress("scale: creating %d more Deployments (replicas 0), %d at a time", len(ds), o.createWorkers)
+		if err := w.createDeployments(ctx, ds, o.createWorkers); err != nil {
 			return nil, err
 		}
+		createOnly = time.Since(created)
 		progress("scale: created in %s; waiting until all %d settled", since(created), n)
 		if err := w.waitSettled(ctx, namespaces, nil, 30*time.Minute); err != nil {
 			return nil, err
@@ -170,6 +176,10 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 			r+1, b.synced.Round(time.Millisecond), len(gs), fp.Round(time.Millisecond), d.Round(time.Millisecond), fmtVerbs(reqs, 1), fmtMiB(float64(m.heap)), fmtMiB(float64(m.rss)), w)
 	}
 
+	settler := "kube-controller-manager making a ReplicaSet for each and reporting its status"
+	if w.writeStatus {
+		settler = "the bench writing each one's status (startObserver)"
+	}
 	wl := fmt.Sprintf("%d zero-replica Deployments, %d groups of %d, %d namespaces", n, len(gs), per, len(namespaces))
 	nr := fmt.Sprint(runs)
 	sp := func(s sample) string { return rangeOf(s.min(), s.max(), fmtSeconds) + " (min–max)" }
@@ -186,9 +196,23 @@ func measureScale(ctx context.Context, w *world, n, runs int, steadyInterval, st
 		row{fmt.Sprintf("process RSS, %d workloads", n), fmtMiB(rss.median()), mib(rss), nr,
 			fmt.Sprintf("VmRSS after GC + FreeOSMemory, whole bench process (its own clients, the in-memory registry); %s before the first controller was built; goal < 150 MiB", fmtMiB(float64(base.rss)))},
 		row{fmt.Sprintf("creating the last %d Deployments until settled", n-first*per), fmtSeconds(createdIn.Seconds()), "single run", "1",
-			"setup cost on this cluster (16 creates at a time; kube-controller-manager makes a ReplicaSet each), not image-refresh"},
+			fmt.Sprintf("setup cost of this cluster, not image-refresh: %s to create them (%d at a time), the rest %s; %s",
+				fmtSeconds(createOnly.Seconds()), o.createWorkers, settler, w.budget)},
 	)
-	return rows, nil
+	live, err := scaleLive(ctx, w, gs, digests, n, o.reverts, steadyInterval, steadyFor)
+	rows = append(rows, live...)
+	return rows, err
+}
+
+// scaleOptions are the scale phase's settings (flags of main).
+type scaleOptions struct {
+	workloads, runs int
+	// reverts is how many reverts scaleLive times over all the workloads.
+	reverts                   int
+	steadyInterval, steadyFor time.Duration
+	profile, heapProfile      string
+	// createWorkers is how many Deployments the bench creates at a time.
+	createWorkers int
 }
 
 // writeHeapProfile writes the heap profile as of the last GC (readMemory
@@ -223,4 +247,78 @@ func readMemory() memory {
 		}
 	}
 	return m
+}
+
+// scaleLive runs one controller over all the scale phase's groups with the
+// steady phase's poll interval and, after its first passes, counts its API
+// requests while nothing changes (steady state over all n); then reverts
+// reverts targets spread over the groups (a non-anchor target each, written
+// back to the bare repo:tag by field manager "helm", as a Helm upgrade
+// does) and times each revert → re-pin from a watch, counting the
+// controller's API requests and passes per revert.
+func scaleLive(ctx context.Context, w *world, gs []group, digests map[string]string, n, reverts int, steadyInterval, steadyFor time.Duration) ([]row, error) {
+	b, err := w.newController(gs, ctlOptions{pollInterval: steadyInterval, pollJitter: 0.1, fightMaxRounds: 1 << 30})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.start(ctx); err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	if err := b.waitPasses(ctx, int64(len(gs)), 10*time.Minute); err != nil {
+		return nil, err
+	}
+	b.waitQuiet(ctx, 2*time.Second, time.Minute)
+	what := fmt.Sprintf("%d groups of %d zero-replica Deployments", len(gs), len(gs[0].targets))
+	steady, err := countSteady(ctx, b, n, what, steadyInterval, steadyFor)
+	if err != nil {
+		return nil, err
+	}
+	rows := []row{steady}
+	if reverts <= 0 {
+		return rows, nil
+	}
+
+	progress("scale: %d reverts over %d workloads", reverts, n)
+	var total sample
+	_, before := b.api.snapshot()
+	passes0 := b.ctl.Passes()
+	start := time.Now()
+	for i := range reverts {
+		g := gs[(i*37)%len(gs)]
+		name := g.targets[0]
+		if len(g.targets) > 1 {
+			name = g.targets[1+(i*13)%(len(g.targets)-1)]
+		}
+		digest := "@" + digests[g.name]
+		t, _, err := revert(ctx, w, g.ns, name, w.repo(g.image)+":prod", digest)
+		if err != nil {
+			return rows, fmt.Errorf("revert %d of %s/%s: %w", i+1, g.ns, name, err)
+		}
+		total = append(total, t.Seconds())
+		// The reverted target and the anchor (its bookkeeping) idle again.
+		idle := group{ns: g.ns, targets: []string{g.targets[0], name}}
+		if name == g.targets[0] {
+			idle.targets = idle.targets[:1]
+		}
+		if err := waitIdle(ctx, w, g.ns, idle, digest); err != nil {
+			return rows, fmt.Errorf("after revert %d of %s/%s: %w", i+1, g.ns, name, err)
+		}
+		// The passes the revert's own rollout events start end too.
+		b.waitQuiet(ctx, time.Second, 30*time.Second)
+		if (i+1)%10 == 0 {
+			progress("scale: %d/%d reverts, p50 so far %s", i+1, reverts, fmtSeconds(total.median()))
+		}
+	}
+	requests, writes := b.api.perEach(before, len(total))
+	passes := float64(b.ctl.Passes()-passes0) / float64(len(total))
+	progress("scale: %d reverts in %s; API requests per revert: %s; passes per revert %s", len(total), since(start), requests, fmtNum(passes))
+	nr := fmt.Sprint(len(total))
+	rows = append(rows,
+		row{fmt.Sprintf("revert → re-pin, p50 / p99, %d workloads", n), pairP(total), span(total), nr,
+			fmt.Sprintf("revert write returned → stored spec back on the digest (watch); one non-anchor target of a different group each time, the controller running over all %s, --workers %d", what, operator.DefaultWorkers)},
+		row{fmt.Sprintf("  API requests per revert, %d workloads", n), requests, "–", nr,
+			fmt.Sprintf("the controller's requests by verb and resource over the series (the re-pin and the passes the revert's rollout events start), divided by the reverts; writes per revert %s; passes per revert %s (every pass of the controller during the series, its polls of all groups every %s included)", writes, fmtNum(passes), steadyInterval)},
+	)
+	return rows, nil
 }

@@ -40,6 +40,17 @@ func steadyOn(ctx context.Context, w *world, groups []group, what string, interv
 		return nil, err
 	}
 	b.waitQuiet(ctx, 2*time.Second, time.Minute)
+	r, err := countSteady(ctx, b, workloads, what, interval, duration)
+	if err != nil {
+		return nil, err
+	}
+	return []row{r}, nil
+}
+
+// countSteady counts the API requests of a running controller over
+// workloads, past its first passes, in windows of one poll interval, for
+// duration, and returns the row of their rate per minute.
+func countSteady(ctx context.Context, b *bench, workloads int, what string, interval, duration time.Duration) (row, error) {
 	progress("steady: %d workloads: counting API requests for %s (poll interval %s)", workloads, duration, interval)
 
 	windows := int(duration / interval)
@@ -51,7 +62,7 @@ func steadyOn(ctx context.Context, w *world, groups []group, what string, interv
 	for range windows {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return row{}, ctx.Err()
 		case <-time.After(interval):
 		}
 		n := 0
@@ -74,5 +85,5 @@ func steadyOn(ctx context.Context, w *world, groups []group, what string, interv
 			fmtVerbs(all, minutes), which, what, interval, passes, minutes, interval),
 	}
 	progress("steady: %s: %s (%s); %s", r.Figure, r.Value, r.Spread, r.Note)
-	return []row{r}, nil
+	return r, nil
 }

@@ -58,6 +58,11 @@ type Options struct {
 	// "node-forward"]); needed with Detach, since the forwarder must
 	// outlive this process. Empty: a goroutine of this process.
 	ForwardCommand []string
+	// ExtraArgs are more flags per process ("etcd", "kube-apiserver",
+	// "kube-controller-manager", "kube-scheduler"), after the defaults, so
+	// a flag given again here wins. The bench's 100,000-workload cluster
+	// uses them (a larger etcd quota, the controller-manager's budget).
+	ExtraArgs map[string][]string
 }
 
 // NodeLeaseSeconds is each fake node's lease; with the controller-manager's
@@ -81,6 +86,8 @@ type Cluster struct {
 	Config *rest.Config          `json:"-"`
 	Client *kubernetes.Clientset `json:"-"`
 	log    io.Writer
+	// extraArgs is Options.ExtraArgs (kept in each process's Args).
+	extraArgs map[string][]string
 
 	agentsMu sync.Mutex
 	agents   map[string]*agentRun // agents running in this process, by node
@@ -106,7 +113,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := os.MkdirAll(opts.RunDir, 0o755); err != nil {
 		return nil, err
 	}
-	c = &Cluster{RunDir: opts.RunDir, BinDir: opts.BinDir, Procs: map[string]*process{}, NodeNames: opts.Nodes, Detach: opts.Detach, AgentCommand: opts.AgentCommand, log: opts.Log}
+	c = &Cluster{RunDir: opts.RunDir, BinDir: opts.BinDir, Procs: map[string]*process{}, NodeNames: opts.Nodes, Detach: opts.Detach, AgentCommand: opts.AgentCommand, log: opts.Log, extraArgs: opts.ExtraArgs}
 	started := c // the returns below set c to nil
 	defer func() {
 		if err != nil {
@@ -334,6 +341,7 @@ func (c *Cluster) Processes() map[string]int {
 }
 
 func (c *Cluster) run(name, bin string, args ...string) error {
+	args = append(args, c.extraArgs[name]...)
 	p, err := startProcess(c.RunDir, name, filepath.Join(c.BinDir, bin), args, c.Detach)
 	if err != nil {
 		return err
