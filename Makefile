@@ -66,21 +66,21 @@ real-node-deps:
 	@hack/install-real-node.sh
 
 # The end-to-end areas (test/e2e/<area>: each test binary starts a local
-# cluster of its own and mostly waits on it: the tick area's used 46 % of a
-# core) are most of `make test`: they run as one go test, four test
-# binaries at once, longest first, next to one go test of every other
-# package, three at once (the second list is go list ./... less the first,
-# so every test runs exactly once, a new package included), which runs the
-# short fuzz runs when it is done, while the areas still run (on one fuzz
-# worker each, so that the areas keep the other core); govulncheck,
-# single-threaded, runs beside both and prints when done. docs/performance.md
-# says where the time goes.
-E2E_AREAS := ./test/e2e/admission ./test/e2e/policy ./test/e2e/run ./test/e2e/tick ./test/e2e/discovery
+# cluster of its own and mostly waits on it) are most of `make test`: they
+# run as one go test, three test binaries at once, longest first, next to
+# one go test of every other package (the second list is go list ./...
+# less the first, so every test runs exactly once, a new package included),
+# which runs the short fuzz runs when it is done, while the areas still run
+# (on one fuzz worker each, so that the areas keep the other core);
+# govulncheck, single-threaded, runs beside both and prints when done.
+# The suite is bound by CPU on 2 cores: more test binaries at once made it
+# slower (docs/performance.md, "The test suite").
+E2E_AREAS := ./test/e2e/admission ./test/e2e/tick ./test/e2e/policy ./test/e2e/run ./test/e2e/discovery
 test: cluster-bin argo-rollouts cosign real-node-deps vet distribution promtool
 	@areas=$$($(GO) list $(E2E_AREAS)) && pids=() && \
 	{ { out=$$($(MAKE) -s vulncheck 2>&1); rc=$$?; printf '%s\n' "$$out"; exit $$rc; } & pids+=($$!); } && \
-	{ { $(GO) test -race -count=1 -timeout 25m -p 3 $$($(GO) list ./... | grep -vxF "$$areas") && $(MAKE) -s fuzz FUZZPARALLEL=1; } & pids+=($$!); } && \
-	{ $(GO) test -race -count=1 -timeout 25m -p 4 $(E2E_AREAS) & pids+=($$!); } && \
+	{ { $(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -vxF "$$areas") && $(MAKE) -s fuzz FUZZPARALLEL=1; } & pids+=($$!); } && \
+	{ $(GO) test -race -count=1 -timeout 25m -p 3 $(E2E_AREAS) & pids+=($$!); } && \
 	rc=0 && for p in "$${pids[@]}"; do wait "$$p" || rc=1; done; exit $$rc
 
 # govulncheck on ./... against a vulnerability database built locally from the
